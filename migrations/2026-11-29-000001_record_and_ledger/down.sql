@@ -1,0 +1,11 @@
+DROP TABLE ops.consumed_events;
+DROP TABLE ops.domain_event_outbox;
+DROP FUNCTION ops.notify_outbox();
+DROP TABLE ops.matter_frame_runs;
+DROP TABLE ops.matter_frames;
+DROP TABLE ops.matter_frame_jobs;
+DROP FUNCTION ops.refuse_job_delete();
+DROP TABLE record.documents;
+DROP TABLE record.matters;
+DROP SCHEMA ops;
+DROP SCHEMA record;

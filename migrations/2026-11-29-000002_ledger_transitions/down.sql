@@ -1,0 +1,10 @@
+DROP FUNCTION ops.unserved(integer, integer);
+DROP FUNCTION ops.sweep(double precision, integer);
+DROP FUNCTION ops.record_fenced(uuid, text);
+DROP FUNCTION ops.release_claim(uuid, uuid, bigint, uuid, text);
+DROP FUNCTION ops.fail_claim(uuid, uuid, bigint, uuid, text, boolean, integer, double precision, double precision);
+DROP FUNCTION ops.commit_claim(uuid, uuid, bigint, uuid, uuid, text);
+DROP FUNCTION ops.heartbeat(uuid, uuid, bigint, uuid);
+DROP FUNCTION ops.record_lost_claim(uuid, uuid);
+DROP FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[]);
+DROP FUNCTION ops.demand(uuid, uuid);

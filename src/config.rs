@@ -1,0 +1,413 @@
+//! Layered configuration: built-in defaults (`config/default.toml`, compiled in), then the file
+//! given with `--config FILE`, then `BRIEFRAIL__SECTION__KEY` environment variables.
+//!
+//! Everything is validated once, at start, into [`Settings`]; a bad value is reported as one
+//! [`ConfigError`] naming the key and the problem, with any password redacted.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::secret::{SecretUrl, redact_urls};
+
+/// The defaults every layer starts from; also the documented reference of every key.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// A configuration value that cannot be used. Displayed as one line: `key: problem`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config {key}: {problem}")]
+pub struct ConfigError {
+    /// The dotted key, e.g. `lease.seconds` (or `config` for a file that cannot be read).
+    pub key: String,
+    /// What is wrong with it, never including a secret.
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(key: &str, problem: impl Into<String>) -> Self {
+        Self { key: key.to_owned(), problem: redact_urls(&problem.into()) }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub database: DatabaseSettings,
+    pub lease: LeaseSettings,
+    pub sweeper: SweeperSettings,
+    pub retry: RetrySettings,
+    pub trigger: TriggerSettings,
+    pub builders: BuildersSettings,
+    pub builder: BuilderSettings,
+    pub transport: TransportSettings,
+    pub relay: RelaySettings,
+    pub reconcile: ReconcileSettings,
+    pub node: NodeSettings,
+    pub http: HttpSettings,
+    pub shutdown: ShutdownSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct DatabaseSettings {
+    /// `postgres://user[:password]@host:port/db`; the password never reaches a log line.
+    pub url: SecretUrl,
+    pub pool_size: u32,
+    /// `lock_timeout` on every connection: a stalled lock holder is cut off by Postgres.
+    pub lock_timeout_ms: u64,
+    /// `idle_in_transaction_session_timeout`: a transaction left open is rolled back.
+    pub idle_in_transaction_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LeaseSettings {
+    /// Seconds after the last heartbeat (database clock) at which a claim may be taken over.
+    pub seconds: f64,
+    /// Seconds between heartbeats of a running build; defaults to a third of the lease.
+    pub heartbeat_seconds: Option<f64>,
+}
+
+impl LeaseSettings {
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds)
+    }
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_seconds.unwrap_or(self.seconds / 3.0))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct SweeperSettings {
+    pub interval_seconds: f64,
+    /// At most this many rows are swept or reconciled per pass.
+    pub batch: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RetrySettings {
+    pub max_attempts: u32,
+    pub backoff_base_seconds: f64,
+    pub backoff_max_seconds: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TriggerSettings {
+    pub debounce_ms: u64,
+    pub max_wait_ms: u64,
+    pub idle_seconds: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct BuildersSettings {
+    pub concurrency: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BuilderKind {
+    Brief,
+    Command,
+    Http,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct BuilderSettings {
+    pub kind: BuilderKind,
+    /// argv of the `command` builder.
+    pub command: Vec<String>,
+    /// Endpoint of the `http` builder.
+    pub url: SecretUrl,
+    pub timeout_seconds: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    Amqp,
+    Postgres,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TransportSettings {
+    pub kind: TransportKind,
+    pub amqp_url: SecretUrl,
+    /// Prefix of every exchange and queue name, so installations and tests do not collide.
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RelaySettings {
+    pub poll_ms: u64,
+    pub batch: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReconcileSettings {
+    pub after_seconds: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct NodeSettings {
+    /// Recorded on every run this node starts. Empty: `hostname-pid`.
+    pub id: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpSettings {
+    pub bind: String,
+    /// Bearer token required by the API; mandatory when `bind` is not loopback.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ShutdownSettings {
+    pub grace_seconds: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+impl Settings {
+    /// Defaults, then `file` (if any), then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`], with the environment given explicitly (tests, embedding).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        use config::{Config, Environment, File, FileFormat};
+        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(ConfigError::new("--config", format!("{} is not a readable file", path.display())));
+            }
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
+        }
+        let env: config::Map<String, String> =
+            env.into_iter().filter(|(k, _)| k.starts_with("BRIEFRAIL__")).collect();
+        builder = builder.add_source(
+            Environment::with_prefix("BRIEFRAIL")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(" ")
+                .with_list_parse_key("builder.command")
+                .source(Some(env)),
+        );
+        let raw = builder.build().map_err(from_config_error)?;
+        let settings: Settings = raw.try_deserialize().map_err(from_config_error)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Defaults only (tests and embedding applications start here and override fields).
+    pub fn defaults() -> Self {
+        Self::load_with_env(None, std::iter::empty()).unwrap_or_else(|e| {
+            // The compiled-in defaults are covered by a unit test; this cannot fail at run time.
+            panic!("built-in defaults are invalid: {e}")
+        })
+    }
+
+    /// Checks every value a node relies on; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let db = url::Url::parse(self.database.url.expose())
+            .map_err(|e| ConfigError::new("database.url", format!("not a URL: {e}")))?;
+        if !matches!(db.scheme(), "postgres" | "postgresql") {
+            return Err(ConfigError::new("database.url", "scheme must be postgres:// or postgresql://"));
+        }
+        if db.path().trim_start_matches('/').is_empty() {
+            return Err(ConfigError::new("database.url", "names no database (add /dbname)"));
+        }
+        positive("database.pool_size", self.database.pool_size as f64)?;
+        positive("lease.seconds", self.lease.seconds)?;
+        if let Some(hb) = self.lease.heartbeat_seconds {
+            positive("lease.heartbeat_seconds", hb)?;
+            if hb >= self.lease.seconds {
+                return Err(ConfigError::new(
+                    "lease.heartbeat_seconds",
+                    format!("must be shorter than lease.seconds ({})", self.lease.seconds),
+                ));
+            }
+        }
+        positive("sweeper.interval_seconds", self.sweeper.interval_seconds)?;
+        positive("sweeper.batch", self.sweeper.batch as f64)?;
+        positive("retry.max_attempts", self.retry.max_attempts as f64)?;
+        positive("retry.backoff_base_seconds", self.retry.backoff_base_seconds)?;
+        if self.retry.backoff_max_seconds < self.retry.backoff_base_seconds {
+            return Err(ConfigError::new("retry.backoff_max_seconds", "must be at least retry.backoff_base_seconds"));
+        }
+        if self.trigger.max_wait_ms < self.trigger.debounce_ms {
+            return Err(ConfigError::new("trigger.max_wait_ms", "must be at least trigger.debounce_ms"));
+        }
+        positive("trigger.idle_seconds", self.trigger.idle_seconds)?;
+        positive("builders.concurrency", self.builders.concurrency as f64)?;
+        positive("builder.timeout_seconds", self.builder.timeout_seconds)?;
+        match self.builder.kind {
+            BuilderKind::Command if self.builder.command.is_empty() => {
+                return Err(ConfigError::new("builder.command", "must name a program when builder.kind = \"command\""));
+            }
+            BuilderKind::Http => {
+                let u = url::Url::parse(self.builder.url.expose())
+                    .map_err(|e| ConfigError::new("builder.url", format!("not a URL: {e}")))?;
+                if !matches!(u.scheme(), "http" | "https") {
+                    return Err(ConfigError::new("builder.url", "scheme must be http:// or https://"));
+                }
+            }
+            _ => {}
+        }
+        let amqp = url::Url::parse(self.transport.amqp_url.expose())
+            .map_err(|e| ConfigError::new("transport.amqp_url", format!("not a URL: {e}")))?;
+        if !matches!(amqp.scheme(), "amqp" | "amqps") {
+            return Err(ConfigError::new("transport.amqp_url", "scheme must be amqp:// or amqps://"));
+        }
+        if self.transport.prefix.is_empty()
+            || !self.transport.prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(ConfigError::new("transport.prefix", "must be non-empty ASCII letters, digits, '-', '_' or '.'"));
+        }
+        positive("relay.poll_ms", self.relay.poll_ms as f64)?;
+        positive("relay.batch", self.relay.batch as f64)?;
+        positive("reconcile.after_seconds", self.reconcile.after_seconds)?;
+        let bind: SocketAddr = self
+            .http
+            .bind
+            .parse()
+            .map_err(|_| ConfigError::new("http.bind", format!("{:?} is not host:port (e.g. 127.0.0.1:8080)", self.http.bind)))?;
+        if !bind.ip().is_loopback() && self.http.token.trim().is_empty() {
+            return Err(ConfigError::new(
+                "http.token",
+                format!("required when http.bind ({bind}) is not a loopback address"),
+            ));
+        }
+        if self.shutdown.grace_seconds < 0.0 || !self.shutdown.grace_seconds.is_finite() {
+            return Err(ConfigError::new("shutdown.grace_seconds", "must be zero or more"));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| ConfigError::new("log.level", format!("not a tracing filter: {e}")))?;
+        Ok(())
+    }
+
+    /// This node's id: `node.id`, or `hostname-pid`.
+    pub fn node_id(&self) -> String {
+        if !self.node.id.trim().is_empty() {
+            return self.node.id.trim().to_owned();
+        }
+        let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "node".into());
+        format!("{host}-{}", std::process::id())
+    }
+}
+
+fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
+    if v > 0.0 && v.is_finite() { Ok(()) } else { Err(ConfigError::new(key, format!("must be greater than zero (got {v})"))) }
+}
+
+/// Turns the `config` crate's error into one line naming the key.
+fn from_config_error(e: config::ConfigError) -> ConfigError {
+    match &e {
+        config::ConfigError::Type { key: Some(key), .. } => ConfigError::new(key, e.to_string()),
+        config::ConfigError::Message(m) => {
+            // serde's unknown-variant messages carry the key in a "for key `x`" suffix.
+            let key = m.split("for key `").nth(1).and_then(|s| s.split('`').next()).unwrap_or("config");
+            ConfigError::new(key, m.clone())
+        }
+        config::ConfigError::NotFound(key) => ConfigError::new(key, "is missing"),
+        config::ConfigError::FileParse { .. } | config::ConfigError::Foreign(_) => ConfigError::new("--config", e.to_string()),
+        _ => ConfigError::new("config", e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_documented() {
+        let s = Settings::defaults();
+        assert_eq!(s.lease.seconds, 60.0);
+        assert_eq!(s.lease.heartbeat(), Duration::from_secs(20));
+        assert_eq!(s.database.url.expose(), "postgres://postgres@127.0.0.1:5432/briefrail");
+        assert_eq!(s.transport.kind, TransportKind::Amqp);
+    }
+
+    #[test]
+    fn environment_overrides_defaults() {
+        let s = Settings::load_with_env(
+            None,
+            env(&[
+                ("BRIEFRAIL__LEASE__SECONDS", "7.5"),
+                ("BRIEFRAIL__BUILDER__KIND", "command"),
+                ("BRIEFRAIL__BUILDER__COMMAND", "/bin/cat -"),
+                ("BRIEFRAIL__TRANSPORT__KIND", "postgres"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(s.lease.seconds, 7.5);
+        assert_eq!(s.builder.command, vec!["/bin/cat", "-"]);
+        assert_eq!(s.transport.kind, TransportKind::Postgres);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("BRIEFRAIL__LEASE__SECONDS", "0", "lease.seconds"),
+            ("BRIEFRAIL__LEASE__SECONDS", "soon", "lease.seconds"),
+            ("BRIEFRAIL__BUILDER__KIND", "magic", "builder.kind"),
+            ("BRIEFRAIL__TRANSPORT__KIND", "kafka", "transport.kind"),
+            ("BRIEFRAIL__HTTP__BIND", "nowhere", "http.bind"),
+            ("BRIEFRAIL__HTTP__BIND", "0.0.0.0:8080", "http.token"),
+            ("BRIEFRAIL__DATABASE__URL", "mysql://x@y/z", "database.url"),
+            ("BRIEFRAIL__LOG__FORMAT", "xml", "log.format"),
+        ];
+        for (k, v, key) in cases {
+            let e = Settings::load_with_env(None, env(&[(k, v)])).expect_err(k);
+            assert_eq!(e.key, key, "{k}={v}: {e}");
+        }
+    }
+
+    #[test]
+    fn heartbeat_must_be_shorter_than_lease() {
+        let e = Settings::load_with_env(
+            None,
+            env(&[("BRIEFRAIL__LEASE__SECONDS", "10"), ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "10")]),
+        )
+        .expect_err("heartbeat == lease");
+        assert_eq!(e.key, "lease.heartbeat_seconds");
+    }
+
+    #[test]
+    fn config_errors_never_show_a_password() {
+        let e = Settings::load_with_env(
+            None,
+            env(&[("BRIEFRAIL__DATABASE__URL", "postgres://app:hunter2@db:5432")]),
+        )
+        .expect_err("no database name");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let e = Settings::load_with_env(
+            None,
+            env(&[("BRIEFRAIL__TRANSPORT__AMQP_URL", "http://guest:s3cr3t@rabbit/")]),
+        )
+        .expect_err("bad scheme");
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        let s = Settings::load_with_env(None, env(&[("BRIEFRAIL__DATABASE__URL", "postgres://app:hunter2@db/x")]))
+            .expect("valid");
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,56 @@
+//! Embedded migrations, applied through diesel's synchronous harness on a dedicated thread.
+//!
+//! diesel-async's own harness uses `block_in_place`, which panics on actix-rt's
+//! current-thread runtime (PITFALLS.md); a plain thread with its own runtime works under any
+//! caller and never blocks an arbiter.
+
+use diesel::Connection;
+use diesel_async::AsyncPgConnection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use crate::error::{Error, Result};
+use crate::secret::redact_urls;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Applies every pending migration to the database at `url`. Idempotent. Returns the versions
+/// it applied.
+pub async fn run_pending(url: &str) -> Result<Vec<String>> {
+    let url = url.to_owned();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("briefrail-migrate".into())
+        .spawn(move || {
+            let result = (|| {
+                let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
+                    .map_err(|e| Error::Migration(redact_urls(&e.to_string())))?;
+                let applied = conn
+                    .run_pending_migrations(MIGRATIONS)
+                    .map_err(|e| Error::Migration(e.to_string()))?;
+                Ok(applied.iter().map(|v| v.to_string()).collect())
+            })();
+            let _ = tx.send(result);
+        })?;
+    rx.await.map_err(|_| Error::Migration("the migration thread died".into()))?
+}
+
+/// Versions embedded in this binary that the database at `url` has not applied (readiness).
+pub async fn pending(url: &str) -> Result<Vec<String>> {
+    let url = url.to_owned();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("briefrail-migrate".into())
+        .spawn(move || {
+            let result = (|| {
+                let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
+                    .map_err(|e| Error::Migration(redact_urls(&e.to_string())))?;
+                let pending = conn
+                    .pending_migrations(MIGRATIONS)
+                    .map_err(|e| Error::Migration(e.to_string()))?;
+                Ok(pending.iter().map(|m| m.name().version().to_string()).collect())
+            })();
+            let _ = tx.send(result);
+        })?;
+    rx.await.map_err(|_| Error::Migration("the migration thread died".into()))?
+}

@@ -1,0 +1,92 @@
+//! The bb8 pool of diesel-async connections.
+//!
+//! Every connection sets `lock_timeout` and `idle_in_transaction_session_timeout`
+//! (PROTOCOL.md principle 5): a process that stalls while holding a row lock (a SIGSTOPped
+//! node, a commit that hangs) is cut off by Postgres instead of freezing its matter.
+//! Connections are not pinged on checkout (a round trip per statement); a broken one surfaces
+//! as an error on use and is then discarded by the pool.
+
+use std::time::Duration;
+
+use diesel::ConnectionError;
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use futures_util::FutureExt;
+
+use crate::config::DatabaseSettings;
+use crate::error::Result;
+use crate::secret::SecretUrl;
+
+pub type Pool = bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
+pub type Conn<'a> = bb8::PooledConnection<'a, AsyncDieselConnectionManager<AsyncPgConnection>>;
+
+/// How to build a [`Pool`]; [`PoolOptions::from`] a [`DatabaseSettings`].
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    pub url: SecretUrl,
+    pub size: u32,
+    pub lock_timeout: Duration,
+    pub idle_in_transaction_timeout: Duration,
+    /// How long a checkout waits for a free connection before failing.
+    pub connection_timeout: Duration,
+}
+
+impl From<&DatabaseSettings> for PoolOptions {
+    fn from(s: &DatabaseSettings) -> Self {
+        Self {
+            url: s.url.clone(),
+            size: s.pool_size,
+            lock_timeout: Duration::from_millis(s.lock_timeout_ms),
+            idle_in_transaction_timeout: Duration::from_millis(s.idle_in_transaction_timeout_ms),
+            connection_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl PoolOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        let mut o = Self::from(&crate::config::Settings::defaults().database);
+        o.url = SecretUrl::new(url);
+        o
+    }
+
+    pub fn size(mut self, size: u32) -> Self {
+        self.size = size;
+        self
+    }
+}
+
+/// Opens one connection with the session settings every briefrail connection carries.
+pub async fn establish(
+    url: &str,
+    lock_timeout: Duration,
+    idle_in_transaction_timeout: Duration,
+) -> diesel::ConnectionResult<AsyncPgConnection> {
+    let mut conn = AsyncPgConnection::establish(url).await?;
+    let setup = format!(
+        "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
+         SET application_name = 'briefrail'",
+        lock_timeout.as_millis(),
+        idle_in_transaction_timeout.as_millis()
+    );
+    conn.batch_execute(&setup)
+        .await
+        .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
+    Ok(conn)
+}
+
+/// Builds the pool (connections are opened lazily, on first use).
+pub async fn connect(opts: &PoolOptions) -> Result<Pool> {
+    let (lock, idle) = (opts.lock_timeout, opts.idle_in_transaction_timeout);
+    let mut config = ManagerConfig::default();
+    config.custom_setup = Box::new(move |url| establish(url, lock, idle).boxed());
+    let manager = AsyncDieselConnectionManager::new_with_config(opts.url.expose(), config);
+    let pool = bb8::Pool::builder()
+        .max_size(opts.size)
+        .test_on_check_out(false)
+        // Report a refused connection at once, with its reason, instead of a bare timeout.
+        .retry_connection(false)
+        .connection_timeout(opts.connection_timeout)
+        .build_unchecked(manager);
+    Ok(pool)
+}

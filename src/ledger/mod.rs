@@ -1,0 +1,36 @@
+//! The ledger: Postgres is the single source of truth, and this module owns every statement
+//! that touches it.
+//!
+//! One row per matter in `ops.matter_frame_jobs` holds the fencing token. Its life:
+//!
+//! ```text
+//!            demand (requested+1)                    demand while running
+//!        ┌────────────────────┐                  (requested+1, rebuild_needed)
+//!        ▼                    │                        ┌──────┐
+//!   ┌─────────┐  claim   ┌─────────┐  commit CAS      │      ▼
+//!   │ idle /  │ ───────▶ │ running │ ───────────────▶ idle   (landed = token)
+//!   │ failed  │ token=n  │ token n │ ──┐ rebuild_needed
+//!   └─────────┘          └─────────┘   └─▶ running, token n+k (same statement)
+//!        ▲   fail / sweep (lease)  │
+//!        └─────────────────────────┘
+//! ```
+//!
+//! * [`transitions`]: demand, claim, lost claim, heartbeat, commit, fail, release, sweep,
+//!   reconcile: each one SQL statement, on the database clock.
+//! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
+//! * [`reads`]: what operators and tests look at.
+//!
+//! Tokens order writes; they do not give mutual exclusion. A zombie and its successor can
+//! build at the same time; only the successor's commit lands, and the zombie learns at its
+//! next heartbeat or at its commit.
+
+pub mod event_name;
+pub mod facts;
+pub mod models;
+pub mod outbox;
+pub mod reads;
+pub mod transitions;
+
+pub use event_name::EventName;
+pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
+pub use transitions::{ClaimOutcome, ClaimRequest, ExtraWrites, Frame, Landed, MatterRef, RetryPolicy};

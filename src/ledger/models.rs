@@ -1,0 +1,124 @@
+//! Rows of the ledger's tables as the library hands them out.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use diesel::prelude::*;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::schema::{ops, record};
+
+/// A claim this process holds: the fencing token and the run that records the attempt.
+/// Every write made on behalf of the build carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Claim {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    /// The fencing token: the row's `claimed_generation` when this claim was taken.
+    pub token: i64,
+    pub run_id: Uuid,
+}
+
+/// `ops.matter_frame_jobs`: the ticket dispenser of one matter.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = ops::matter_frame_jobs, check_for_backend(diesel::pg::Pg))]
+pub struct JobRow {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub run_status: String,
+    pub rebuild_needed: bool,
+    pub requested_generation: i64,
+    pub claimed_generation: i64,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub landed_generation: i64,
+    pub consecutive_failures: i32,
+    pub not_before: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl JobRow {
+    /// Derived, not stored: some demand has not been served by a landed frame.
+    pub fn unserved(&self) -> bool {
+        self.landed_generation < self.requested_generation
+    }
+}
+
+/// `ops.matter_frame_runs`: one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = ops::matter_frame_runs, check_for_backend(diesel::pg::Pg))]
+pub struct RunRow {
+    pub run_id: Uuid,
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub token: i64,
+    pub node_id: String,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: String,
+    pub error: Option<String>,
+    pub trace_id: Option<String>,
+    pub event_ids: Vec<Option<Uuid>>,
+}
+
+/// A landed frame's metadata (without its body).
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = ops::matter_frames, check_for_backend(diesel::pg::Pg))]
+pub struct FrameMeta {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub generation: i64,
+    pub run_id: Uuid,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A landed frame with its body.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = ops::matter_frames, check_for_backend(diesel::pg::Pg))]
+pub struct FrameRow {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub generation: i64,
+    pub run_id: Uuid,
+    pub body: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = record::matters, check_for_backend(diesel::pg::Pg))]
+pub struct MatterRow {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub title: String,
+    pub archived_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = record::documents, check_for_backend(diesel::pg::Pg))]
+pub struct DocumentRow {
+    pub document_id: Uuid,
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub title: String,
+    pub dated: Option<NaiveDate>,
+    pub body: String,
+    pub uploaded_at: DateTime<Utc>,
+}
+
+/// `ops.domain_event_outbox`.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Serialize)]
+#[diesel(table_name = ops::domain_event_outbox, check_for_backend(diesel::pg::Pg))]
+pub struct OutboxRow {
+    pub event_id: Uuid,
+    pub seq: i64,
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    pub event_name: String,
+    pub payload: serde_json::Value,
+    pub traceparent: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub published_at: Option<DateTime<Utc>>,
+    pub publish_attempts: i32,
+    pub last_error: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}

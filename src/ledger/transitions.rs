@@ -1,0 +1,391 @@
+//! The transitions of PROTOCOL.md, one SQL statement each.
+//!
+//! Each statement lives in `migrations/2026-11-29-000002_ledger_transitions/up.sql` as a SQL
+//! function of the same name (so diesel caches it as a prepared statement); this module is its
+//! only caller. Every function takes `&mut AsyncPgConnection` and runs in its own short
+//! autocommit transaction, except [`commit`], which opens the one transaction the protocol
+//! allows: the compare-and-swap, the frame insert and the embedding application's own writes.
+
+use std::time::Duration;
+
+use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Uuid as SqlUuid};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures_util::future::BoxFuture;
+use uuid::Uuid;
+
+use super::models::Claim;
+use crate::db::Pool;
+use crate::error::{Error, Result};
+use crate::schema::ops;
+
+mod sql {
+    use super::*;
+
+    diesel::define_sql_function! {
+        #[sql_name = "ops.demand"]
+        fn demand(firm: SqlUuid, matter: SqlUuid) -> BigInt;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.claim"]
+        fn claim(firm: SqlUuid, matter: SqlUuid, lease_secs: Double, run_id: SqlUuid, node: Text,
+                 trace_id: Nullable<Text>, event_ids: Array<SqlUuid>) -> Nullable<BigInt>;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.record_lost_claim"]
+        fn record_lost_claim(firm: SqlUuid, matter: SqlUuid) -> Nullable<BigInt>;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.heartbeat"]
+        fn heartbeat(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid) -> Bool;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.commit_claim"]
+        fn commit_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid,
+                        next_run_id: SqlUuid, node: Text) -> Nullable<BigInt>;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.fail_claim"]
+        fn fail_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, error: Text,
+                      permanent: Bool, max_attempts: Integer, backoff_base_secs: Double,
+                      backoff_max_secs: Double) -> Bool;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.release_claim"]
+        fn release_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, reason: Text) -> Bool;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.record_fenced"]
+        fn record_fenced(run_id: SqlUuid, error: Text) -> Bool;
+    }
+}
+
+/// What a claim needs to know besides the matter.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+    /// The lease horizon, compared against `now()` in the database.
+    pub lease: Duration,
+    /// Recorded on the run: which process holds the claim.
+    pub node_id: String,
+    /// Trace id of the demand(s) this build serves, recorded on the run.
+    pub trace_id: Option<String>,
+    /// Event ids of the coalesced demands this build serves, recorded on the run.
+    pub event_ids: Vec<Uuid>,
+}
+
+/// How failing builds are retried (config section `retry`).
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl From<&crate::config::RetrySettings> for RetryPolicy {
+    fn from(s: &crate::config::RetrySettings) -> Self {
+        Self {
+            max_attempts: s.max_attempts,
+            backoff_base: Duration::from_secs_f64(s.backoff_base_seconds),
+            backoff_max: Duration::from_secs_f64(s.backoff_max_seconds),
+        }
+    }
+}
+
+/// **demand**: bump the dispenser; mid-build, leave the breadcrumb. Returns the new
+/// `requested_generation`, the number a landed frame must reach to serve this demand.
+pub async fn demand(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<i64> {
+    Ok(diesel::select(sql::demand(firm_id, matter_id)).get_result(conn).await?)
+}
+
+/// **claim**: the seed's conditional upsert. `Some(claim)` is the winner's token; `None`
+/// means a live build holds the matter and this demand is not yet recorded: call
+/// [`record_lost_claim`] (or use [`claim_or_record`], which does the whole dance).
+pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<Option<Claim>> {
+    let run_id = Uuid::new_v4();
+    let token: Option<i64> = diesel::select(sql::claim(
+        req.firm_id,
+        req.matter_id,
+        req.lease.as_secs_f64(),
+        run_id,
+        &req.node_id,
+        req.trace_id.as_deref(),
+        &req.event_ids,
+    ))
+    .get_result(conn)
+    .await?;
+    Ok(token.map(|token| Claim { firm_id: req.firm_id, matter_id: req.matter_id, token, run_id }))
+}
+
+/// **lost claim**: record the loser's demand on the running row. `Some(requested_generation)`
+/// when recorded; `None` when the row is no longer running (claim again).
+pub async fn record_lost_claim(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Option<i64>> {
+    Ok(diesel::select(sql::record_lost_claim(firm_id, matter_id)).get_result(conn).await?)
+}
+
+/// The result of [`claim_or_record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This caller holds the matter; build it and commit with the claim's token.
+    Won(Claim),
+    /// A live build holds the matter; this demand is recorded on its row (`rebuild_needed`), so
+    /// the build's commit will re-claim for it.
+    Recorded { requested_generation: i64 },
+}
+
+/// **claim**, then the **lost-claim loop**: claim; if a build is running, record the demand on
+/// it; if that finds the build finished in between, claim again. Every call either wins or
+/// leaves its demand on the row: none is dropped in the window between the two statements.
+pub async fn claim_or_record(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<ClaimOutcome> {
+    // Each lap needs a build to start *and* finish between our two statements; a bound only
+    // guards against a bug turning this into a spin.
+    for _ in 0..1000 {
+        if let Some(c) = claim(conn, req).await? {
+            return Ok(ClaimOutcome::Won(c));
+        }
+        if let Some(requested_generation) = record_lost_claim(conn, req.firm_id, req.matter_id).await? {
+            return Ok(ClaimOutcome::Recorded { requested_generation });
+        }
+    }
+    Err(Error::InvalidInput(format!("claim of matter {} did not settle after 1000 rounds", req.matter_id)))
+}
+
+/// **heartbeat**: renew the lease, fenced by token. `Err(Fenced)`: stop building now.
+pub async fn heartbeat(conn: &mut AsyncPgConnection, claim: &Claim) -> Result<()> {
+    let current: bool = diesel::select(sql::heartbeat(claim.firm_id, claim.matter_id, claim.token, claim.run_id))
+        .get_result(conn)
+        .await?;
+    if current { Ok(()) } else { Err(fenced(claim)) }
+}
+
+/// Writes an embedding application adds to the fenced commit: they run inside the commit's
+/// transaction after the compare-and-swap succeeded, so they land only if the token is current
+/// and roll back with the frame otherwise.
+pub type ExtraWrites =
+    Box<dyn for<'c> FnOnce(&'c mut AsyncPgConnection, Claim) -> BoxFuture<'c, Result<()>> + Send>;
+
+/// What a build produced.
+pub struct Frame {
+    /// The Brief (or any derived artifact) as JSON; stored in `ops.matter_frames.body`.
+    pub body: serde_json::Value,
+    /// The embedding application's own writes, fenced with the frame.
+    pub extra: Option<ExtraWrites>,
+}
+
+impl Frame {
+    pub fn new(body: serde_json::Value) -> Self {
+        Self { body, extra: None }
+    }
+    pub fn with_extra(mut self, extra: ExtraWrites) -> Self {
+        self.extra = Some(extra);
+        self
+    }
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame").field("body", &self.body).field("extra", &self.extra.is_some()).finish()
+    }
+}
+
+/// What a landed commit left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landed {
+    /// The frame landed and no demand was pending: the row is idle.
+    Idle,
+    /// The frame landed and demands had piled up during the build: the commit re-claimed the
+    /// matter in the same statement. Build again, at once, with this claim.
+    FollowUp(Claim),
+}
+
+/// **commit**: the compare-and-swap on the token, the frame insert and the application's
+/// extra writes, in one transaction. `Err(Fenced)` when the token is stale: nothing was
+/// written, and the run is recorded `fenced`. If the transaction's outcome is unknown (the
+/// connection died at COMMIT), the outcome is settled by reading the frame for this token,
+/// never by building again blindly.
+pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: Frame) -> Result<Landed> {
+    let mut conn = pool.get().await?;
+    let next_run_id = Uuid::new_v4();
+    let c = *claim;
+    let node = node_id.to_owned();
+    let Frame { body, extra } = frame;
+    let result = conn
+        .transaction(async move |tx| {
+            let after: Option<i64> =
+                diesel::select(sql::commit_claim(c.firm_id, c.matter_id, c.token, c.run_id, next_run_id, &node))
+                    .get_result(tx)
+                    .await?;
+            let Some(after) = after else {
+                return Err(fenced(&c));
+            };
+            diesel::insert_into(ops::matter_frames::table)
+                .values((
+                    ops::matter_frames::firm_id.eq(c.firm_id),
+                    ops::matter_frames::matter_id.eq(c.matter_id),
+                    ops::matter_frames::generation.eq(c.token),
+                    ops::matter_frames::run_id.eq(c.run_id),
+                    ops::matter_frames::body.eq(&body),
+                ))
+                .execute(tx)
+                .await?;
+            if let Some(extra) = extra {
+                extra(tx, c).await?;
+            }
+            Ok(landed_from(&c, after, next_run_id))
+        })
+        .await;
+    match result {
+        Err(Error::Fenced { .. }) => {
+            let why = format!("commit refused: token {} is no longer the current claim", c.token);
+            record_fenced(&mut conn, c.run_id, &why).await?;
+            Err(fenced(&c))
+        }
+        Err(Error::Database(e)) if outcome_unknown(&e) => {
+            drop(conn);
+            // A fresh connection: the one that failed at COMMIT is gone.
+            let mut fresh = pool.get().await?;
+            settle(&mut fresh, &c, next_run_id).await?.ok_or(Error::Database(e))
+        }
+        other => other,
+    }
+}
+
+use diesel::ExpressionMethods;
+
+fn landed_from(c: &Claim, after: i64, next_run_id: Uuid) -> Landed {
+    if after == 0 {
+        Landed::Idle
+    } else {
+        Landed::FollowUp(Claim { firm_id: c.firm_id, matter_id: c.matter_id, token: after, run_id: next_run_id })
+    }
+}
+
+/// A failure at COMMIT time leaves the transaction's fate unknown to us.
+fn outcome_unknown(e: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind, Error as D};
+    matches!(
+        e,
+        D::DatabaseError(DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::Unknown, _) | D::BrokenTransactionManager
+    )
+}
+
+/// Settles a commit whose outcome is unknown, by reading what the ledger holds for this token.
+/// `Some(landed)` if the frame is there (with the follow-up claim if the commit made one),
+/// `None` if it is not (the commit did not happen; the caller reports the original error).
+pub async fn settle(conn: &mut AsyncPgConnection, claim: &Claim, next_run_id: Uuid) -> Result<Option<Landed>> {
+    use diesel::{OptionalExtension, QueryDsl};
+    let frame = super::reads::frame_meta(conn, claim.firm_id, claim.matter_id, claim.token).await?;
+    if frame.is_none() {
+        return Ok(None);
+    }
+    let follow_up: Option<i64> = ops::matter_frame_runs::table
+        .filter(ops::matter_frame_runs::run_id.eq(next_run_id))
+        .filter(ops::matter_frame_runs::outcome.eq("running"))
+        .select(ops::matter_frame_runs::token)
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(Some(match follow_up {
+        Some(token) => landed_from(claim, token, next_run_id),
+        None => Landed::Idle,
+    }))
+}
+
+/// **fail**: the build ended without a frame. Fenced by token; sets the backoff; the run is
+/// closed as `failed` (or `fenced` when the token was stale, which returns `Err(Fenced)`).
+/// `permanent` failures (bad input, SQLSTATE 23514) are not retried until a new demand.
+pub async fn fail(
+    conn: &mut AsyncPgConnection,
+    claim: &Claim,
+    error: &str,
+    permanent: bool,
+    policy: &RetryPolicy,
+) -> Result<()> {
+    let current: bool = diesel::select(sql::fail_claim(
+        claim.firm_id,
+        claim.matter_id,
+        claim.token,
+        claim.run_id,
+        bounded(error),
+        permanent,
+        policy.max_attempts.min(i32::MAX as u32) as i32,
+        policy.backoff_base.as_secs_f64(),
+        policy.backoff_max.as_secs_f64(),
+    ))
+    .get_result(conn)
+    .await?;
+    if current { Ok(()) } else { Err(fenced(claim)) }
+}
+
+/// **release**: a node shutting down hands its claim back, fenced by token, so another node
+/// can take the matter at once. Not counted as a failure.
+pub async fn release(conn: &mut AsyncPgConnection, claim: &Claim, reason: &str) -> Result<()> {
+    let current: bool =
+        diesel::select(sql::release_claim(claim.firm_id, claim.matter_id, claim.token, claim.run_id, bounded(reason)))
+            .get_result(conn)
+            .await?;
+    if current { Ok(()) } else { Err(fenced(claim)) }
+}
+
+/// Records a run as `fenced` (its commit or heartbeat was refused). Returns whether the run
+/// was still open.
+pub async fn record_fenced(conn: &mut AsyncPgConnection, run_id: Uuid, why: &str) -> Result<bool> {
+    Ok(diesel::select(sql::record_fenced(run_id, bounded(why))).get_result(conn).await?)
+}
+
+/// A matter whose claim the sweep failed, or that reconcile found unserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, diesel::QueryableByName)]
+pub struct MatterRef {
+    #[diesel(sql_type = SqlUuid)]
+    pub firm_id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    pub matter_id: Uuid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, diesel::QueryableByName)]
+struct SweptRow {
+    #[diesel(sql_type = SqlUuid)]
+    firm_id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    matter_id: Uuid,
+    #[diesel(sql_type = BigInt)]
+    token: i64,
+}
+
+/// **sweep**: fail every running row whose lease expired (at most `limit`), closing its run as
+/// `lease_expired`. Returns the matters and the tokens that were swept, to nudge.
+pub async fn sweep(conn: &mut AsyncPgConnection, lease: Duration, limit: u32) -> Result<Vec<(MatterRef, i64)>> {
+    let rows: Vec<SweptRow> = diesel::sql_query("SELECT firm_id, matter_id, token FROM ops.sweep($1, $2)")
+        .bind::<Double, _>(lease.as_secs_f64())
+        .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+        .load(conn)
+        .await?;
+    Ok(rows.into_iter().map(|r| (MatterRef { firm_id: r.firm_id, matter_id: r.matter_id }, r.token)).collect())
+}
+
+/// **reconcile**: matters with unserved demand that nobody is building, past their backoff and
+/// below the retry limit (at most `limit`).
+pub async fn unserved(conn: &mut AsyncPgConnection, max_attempts: u32, limit: u32) -> Result<Vec<MatterRef>> {
+    Ok(diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2)")
+        .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
+        .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+        .load(conn)
+        .await?)
+}
+
+fn fenced(c: &Claim) -> Error {
+    Error::Fenced { firm_id: c.firm_id, matter_id: c.matter_id, token: c.token }
+}
+
+/// Run errors are for operators; a runaway stderr must not bloat the ledger.
+fn bounded(s: &str) -> &str {
+    const MAX: usize = 4000;
+    if s.len() <= MAX {
+        return s;
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

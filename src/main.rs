@@ -1,0 +1,34 @@
+//! The `briefrail` binary: parse flags, load config, set up logs, dispatch. Thin on purpose:
+//! everything it does is a library call.
+
+use std::process::ExitCode;
+
+use briefrail::config::Settings;
+use briefrail::surface::cli::{self, Cli};
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = Cli::parse();
+    let settings = match Settings::load(args.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("briefrail: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    briefrail::surface::logging::init(&settings.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("briefrail: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cli::execute(args.command, &settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("briefrail: {}", briefrail::secret::redact_urls(&e.to_string()));
+            ExitCode::from(cli::exit_code(&e) as u8)
+        }
+    }
+}

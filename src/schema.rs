@@ -1,0 +1,107 @@
+// @generated from the migrated database by tests/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).
+// Do not edit by hand: that test fails when this file drifts from migrations/.
+
+pub mod ops {
+    diesel::table! {
+        ops.consumed_events (consumer, event_id) {
+            consumer -> Text,
+            event_id -> Uuid,
+            consumed_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
+        ops.domain_event_outbox (event_id) {
+            event_id -> Uuid,
+            seq -> Int8,
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            event_name -> Text,
+            payload -> Jsonb,
+            traceparent -> Nullable<Text>,
+            created_at -> Timestamptz,
+            published_at -> Nullable<Timestamptz>,
+            publish_attempts -> Int4,
+            last_error -> Nullable<Text>,
+            next_attempt_at -> Nullable<Timestamptz>,
+        }
+    }
+
+    diesel::table! {
+        ops.matter_frame_jobs (firm_id, matter_id) {
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            run_status -> Text,
+            rebuild_needed -> Bool,
+            requested_generation -> Int8,
+            claimed_generation -> Int8,
+            claimed_at -> Nullable<Timestamptz>,
+            landed_generation -> Int8,
+            consecutive_failures -> Int4,
+            not_before -> Nullable<Timestamptz>,
+            updated_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
+        ops.matter_frame_runs (run_id) {
+            run_id -> Uuid,
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            token -> Int8,
+            node_id -> Text,
+            started_at -> Timestamptz,
+            heartbeat_at -> Timestamptz,
+            finished_at -> Nullable<Timestamptz>,
+            outcome -> Text,
+            error -> Nullable<Text>,
+            trace_id -> Nullable<Text>,
+            event_ids -> Array<Nullable<Uuid>>,
+        }
+    }
+
+    diesel::table! {
+        ops.matter_frames (firm_id, matter_id, generation) {
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            generation -> Int8,
+            run_id -> Uuid,
+            body -> Jsonb,
+            created_at -> Timestamptz,
+        }
+    }
+
+    diesel::allow_tables_to_appear_in_same_query!(
+        consumed_events,
+        domain_event_outbox,
+        matter_frame_jobs,
+        matter_frame_runs,
+        matter_frames,
+    );
+}
+
+pub mod record {
+    diesel::table! {
+        record.documents (document_id) {
+            document_id -> Uuid,
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            title -> Text,
+            dated -> Nullable<Date>,
+            body -> Text,
+            uploaded_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
+        record.matters (firm_id, matter_id) {
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            title -> Text,
+            archived_at -> Nullable<Timestamptz>,
+            created_at -> Timestamptz,
+        }
+    }
+
+    diesel::allow_tables_to_appear_in_same_query!(documents, matters,);
+}

@@ -1,0 +1,237 @@
+//! `briefrail`'s command line. Parsing and dispatch only: every command is a call into the
+//! library. Exit codes: 0 success, 2 bad arguments or config, 1 runtime failure, each failure
+//! with a one-line reason on stderr.
+
+use std::path::PathBuf;
+
+use chrono::NaiveDate;
+use clap::{Args, Parser, Subcommand};
+use uuid::Uuid;
+
+use crate::config::Settings;
+use crate::db;
+use crate::error::{Error, Result};
+use crate::ledger::{facts, reads};
+
+#[derive(Debug, Parser)]
+#[command(name = "briefrail", version, about = "Keeps every matter's Brief current, fenced by tokens in Postgres")]
+pub struct Cli {
+    /// A TOML file layered over the built-in defaults (environment BRIEFRAIL__SECTION__KEY wins over both).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the database if it does not exist and apply pending migrations (idempotent).
+    Migrate,
+    /// Matters of the record.
+    #[command(subcommand)]
+    Matter(MatterCommand),
+    /// Documents of a matter.
+    #[command(subcommand)]
+    Document(DocumentCommand),
+    /// Ask for fresh Briefs.
+    #[command(subcommand)]
+    Brief(BriefCommand),
+    /// Show a matter's job row, unserved demand, recent runs and latest frame.
+    Status {
+        #[command(flatten)]
+        matter: MatterArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How many recent runs to show.
+        #[arg(long, default_value_t = 10)]
+        runs: i64,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct MatterArgs {
+    #[arg(long, value_name = "UUID")]
+    pub firm: Uuid,
+    #[arg(long, value_name = "UUID")]
+    pub matter: Uuid,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MatterCommand {
+    /// Create a matter (records matter.created).
+    Create {
+        #[command(flatten)]
+        matter: MatterArgs,
+        #[arg(long)]
+        title: String,
+    },
+    /// Archive a matter (records matter.archived); its Brief is no longer rebuilt.
+    Archive {
+        #[command(flatten)]
+        matter: MatterArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DocumentCommand {
+    /// Add a document's text to a matter (records document.uploaded).
+    Add {
+        #[command(flatten)]
+        matter: MatterArgs,
+        #[arg(long)]
+        title: String,
+        /// The date the document bears (YYYY-MM-DD): its place in the chronology.
+        #[arg(long, value_name = "YYYY-MM-DD")]
+        dated: Option<NaiveDate>,
+        /// A UTF-8 text file holding the document's text.
+        #[arg(long, value_name = "PATH", conflicts_with = "text", required_unless_present = "text")]
+        file: Option<PathBuf>,
+        /// The document's text.
+        #[arg(long, value_name = "TEXT")]
+        text: Option<String>,
+        /// The document's id (default: a new one).
+        #[arg(long, value_name = "UUID")]
+        id: Option<Uuid>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BriefCommand {
+    /// Ask for a fresh Brief (records brief.requested) of one matter, or of every live matter
+    /// of a firm with --all.
+    Request {
+        #[arg(long, value_name = "UUID")]
+        firm: Uuid,
+        #[arg(long, value_name = "UUID", required_unless_present = "all", conflicts_with = "all")]
+        matter: Option<Uuid>,
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Exit code for an error: 2 when the input (arguments, config, ids) is wrong, 1 otherwise.
+pub fn exit_code(e: &Error) -> i32 {
+    match e {
+        Error::Config(_) | Error::InvalidInput(_) | Error::InvalidEventName { .. } | Error::NotFound(_) => 2,
+        _ => 1,
+    }
+}
+
+/// Runs a ledger command to completion. `run` and `demo` are dispatched by the binary.
+pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
+    let url = settings.database.url.expose().to_owned();
+    if let Command::Migrate = command {
+        let created = db::admin::create_database_if_missing(&url).await?;
+        let applied = db::migrate::run_pending(&url).await?;
+        let name = db::admin::split_url(&url)?.0;
+        println!(
+            "database {name}: {}; {} migration(s) applied",
+            if created { "created" } else { "exists" },
+            applied.len()
+        );
+        return Ok(());
+    }
+    let pool = db::connect(&db::PoolOptions::from(&settings.database).size(2)).await?;
+    let mut conn = pool.get().await?;
+    match command {
+        Command::Migrate => unreachable!("handled above"),
+        Command::Matter(MatterCommand::Create { matter, title }) => {
+            let event = facts::create_matter(&mut conn, matter.firm, matter.matter, &title).await?;
+            println!("matter {} created (event {event})", matter.matter);
+        }
+        Command::Matter(MatterCommand::Archive { matter }) => {
+            let event = facts::archive_matter(&mut conn, matter.firm, matter.matter).await?;
+            println!("matter {} archived (event {event})", matter.matter);
+        }
+        Command::Document(DocumentCommand::Add { matter, title, dated, file, text, id }) => {
+            let body = match (file, text) {
+                (Some(path), _) => read_text(&path)?,
+                (None, Some(t)) => t,
+                (None, None) => return Err(Error::InvalidInput("give --file PATH or --text TEXT".into())),
+            };
+            let doc = facts::NewDocument {
+                document_id: id.unwrap_or_else(Uuid::new_v4),
+                firm_id: matter.firm,
+                matter_id: matter.matter,
+                title,
+                dated,
+                body,
+            };
+            let document_id = doc.document_id;
+            let event = facts::add_document(&mut conn, doc).await?;
+            println!("document {document_id} added (event {event})");
+        }
+        Command::Brief(BriefCommand::Request { firm, matter, all }) => {
+            if all {
+                let events = facts::request_brief_all(&mut conn, firm).await?;
+                println!("brief requested for {} live matter(s) of firm {firm}", events.len());
+            } else if let Some(matter) = matter {
+                let event = facts::request_brief(&mut conn, firm, matter).await?;
+                println!("brief requested for matter {matter} (event {event})");
+            }
+        }
+        Command::Status { matter, json, runs } => {
+            let status = reads::status(&mut conn, matter.firm, matter.matter, runs).await?;
+            if json {
+                let text = serde_json::to_string_pretty(&status)
+                    .map_err(|e| Error::InvalidInput(format!("status is not serializable: {e}")))?;
+                println!("{text}");
+            } else {
+                print!("{}", render_status(&status));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_text(path: &std::path::Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| Error::InvalidInput(format!("--file {}: {e}", path.display())))?;
+    String::from_utf8(bytes).map_err(|_| {
+        Error::InvalidInput(format!("--file {}: not UTF-8 text (extract a PDF's text first)", path.display()))
+    })
+}
+
+/// The text form of `briefrail status`.
+pub fn render_status(s: &reads::MatterStatus) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    match &s.job {
+        None => out.push_str("job: no row yet (no demand recorded)\n"),
+        Some(j) => {
+            let _ = writeln!(
+                out,
+                "job: {} | requested {} | claimed {} | landed {} | rebuild_needed {} | failures {}",
+                j.run_status, j.requested_generation, j.claimed_generation, j.landed_generation,
+                j.rebuild_needed, j.consecutive_failures
+            );
+            let _ = writeln!(
+                out,
+                "     claimed_at {} | not_before {}",
+                j.claimed_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into()),
+                j.not_before.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+    let _ = writeln!(out, "unserved demand: {}", if s.unserved { "yes" } else { "no" });
+    match &s.latest_frame {
+        Some(f) => {
+            let _ = writeln!(out, "latest frame: generation {} (run {}, {})", f.generation, f.run_id, f.created_at.to_rfc3339());
+        }
+        None => out.push_str("latest frame: none\n"),
+    }
+    let _ = writeln!(out, "runs (newest first):");
+    for r in &s.runs {
+        let _ = writeln!(
+            out,
+            "  token {:>4}  {:<13}  node {}  started {}{}",
+            r.token,
+            r.outcome,
+            r.node_id,
+            r.started_at.to_rfc3339(),
+            r.error.as_deref().map(|e| format!("  error: {e}")).unwrap_or_default()
+        );
+    }
+    out
+}

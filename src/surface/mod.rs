@@ -1,0 +1,4 @@
+//! The operator surface: the command line and the logs.
+
+pub mod cli;
+pub mod logging;
