@@ -317,16 +317,16 @@ fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
 
 /// Turns the `config` crate's error into one line naming the key.
 fn from_config_error(e: config::ConfigError) -> ConfigError {
-    match &e {
-        config::ConfigError::Type { key: Some(key), .. } => ConfigError::new(key, e.to_string()),
-        config::ConfigError::Message(m) => {
-            // serde's unknown-variant messages carry the key in a "for key `x`" suffix.
-            let key = m.split("for key `").nth(1).and_then(|s| s.split('`').next()).unwrap_or("config");
-            ConfigError::new(key, m.clone())
-        }
-        config::ConfigError::NotFound(key) => ConfigError::new(key, "is missing"),
-        config::ConfigError::FileParse { .. } | config::ConfigError::Foreign(_) => ConfigError::new("--config", e.to_string()),
-        _ => ConfigError::new("config", e.to_string()),
+    let text = e.to_string();
+    let key = match &e {
+        config::ConfigError::Type { key: Some(key), .. } | config::ConfigError::NotFound(key) => Some(key.clone()),
+        // Deserialization messages carry the key in a "for key `x`" suffix.
+        _ => text.split("for key `").nth(1).and_then(|s| s.split('`').next()).map(str::to_owned),
+    };
+    match (key, &e) {
+        (Some(key), _) => ConfigError::new(&key, text),
+        (None, config::ConfigError::FileParse { .. } | config::ConfigError::Foreign(_)) => ConfigError::new("--config", text),
+        (None, _) => ConfigError::new("config", text),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod schema;
 pub mod secret;
 pub mod surface;
+pub mod testing;
 pub mod trace;
 
 pub use error::{Error, Result};

@@ -1,0 +1,108 @@
+//! Test support, public so the integration tests, the fault suite and the benchmark share it:
+//! a database per test, cloned from a migrated template.
+//!
+//! The template's name carries a hash of `migrations/`, so a changed migration gets a new
+//! template; creating it is serialized across concurrently running test binaries with an
+//! advisory lock. Each [`TestDb`] drops its database when it goes out of scope (also when the
+//! test panics), terminating any connection still open to it.
+
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+
+use crate::db::{self, Pool, PoolOptions, admin};
+use crate::error::{Error, Result};
+
+/// The server tests run against; `BRIEFRAIL_TEST_DATABASE_URL` overrides it.
+pub fn server_url() -> String {
+    std::env::var("BRIEFRAIL_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A database of one's own, migrated, dropped on drop.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: Pool,
+}
+
+impl TestDb {
+    /// A fresh migrated database and a pool of `pool_size` connections to it.
+    pub async fn new(pool_size: u32) -> Result<Self> {
+        let server = server_url();
+        let template = ensure_template(&server).await?;
+        let name = format!("br_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
+        admin::create_from_template(&server, &name, &template).await?;
+        let url = admin::with_database(&server, &name)?;
+        let pool = db::connect(&PoolOptions::new(url.clone()).size(pool_size)).await?;
+        Ok(Self { name, url, pool })
+    }
+
+    /// A dedicated connection (not from the pool).
+    pub async fn connection(&self) -> Result<AsyncPgConnection> {
+        AsyncPgConnection::establish(&self.url).await.map_err(|e| Error::Connection(e.to_string()))
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (server, name) = (server_url(), self.name.clone());
+        // Drop runs inside the test's runtime; a thread with its own runtime may block.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let _ = rt.block_on(admin::drop_database(&server, &name));
+            }
+        })
+        .join();
+    }
+}
+
+fn migrations_hash() -> u64 {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = walk(&dir);
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in files {
+        f.hash(&mut h);
+        std::fs::read(&f).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+        }
+    }
+    out
+}
+
+/// Creates (once per migration set) and returns the name of the migrated template database.
+pub async fn ensure_template(server: &str) -> Result<String> {
+    let template = format!("br_tpl_{:016x}", migrations_hash());
+    let (_, admin_url) = admin::split_url(&admin::with_database(server, "postgres")?)?;
+    let mut lock_conn = AsyncPgConnection::establish(&admin_url).await.map_err(|e| Error::Connection(e.to_string()))?;
+    // One creator at a time across every test binary running now.
+    lock_conn.batch_execute("SELECT pg_advisory_lock(727274)").await?;
+    let result = async {
+        let url = admin::with_database(server, &template)?;
+        if admin::create_database_if_missing(&url).await? {
+            if let Err(e) = db::migrate::run_pending(&url).await {
+                admin::drop_database(server, &template).await?;
+                return Err(e);
+            }
+        } else if !db::migrate::pending(&url).await?.is_empty() {
+            // A half-built template from an interrupted run: rebuild it.
+            admin::drop_database(server, &template).await?;
+            admin::create_database_if_missing(&url).await?;
+            db::migrate::run_pending(&url).await?;
+        }
+        Ok(template.clone())
+    }
+    .await;
+    lock_conn.batch_execute("SELECT pg_advisory_unlock(727274)").await?;
+    result
+}
