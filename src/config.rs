@@ -27,7 +27,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(key: &str, problem: impl Into<String>) -> Self {
-        Self { key: key.to_owned(), problem: redact_urls(&problem.into()) }
+        Self {
+            key: key.to_owned(),
+            problem: redact_urls(&problem.into()),
+        }
     }
 }
 
@@ -190,15 +193,21 @@ impl Settings {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
         use config::{Config, Environment, File, FileFormat};
-        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+        let mut builder =
+            Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
         if let Some(path) = file {
             if !path.is_file() {
-                return Err(ConfigError::new("--config", format!("{} is not a readable file", path.display())));
+                return Err(ConfigError::new(
+                    "--config",
+                    format!("{} is not a readable file", path.display()),
+                ));
             }
             builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
         }
-        let env: config::Map<String, String> =
-            env.into_iter().filter(|(k, _)| k.starts_with("BRIEFRAIL__")).collect();
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("BRIEFRAIL__"))
+            .collect();
         builder = builder.add_source(
             Environment::with_prefix("BRIEFRAIL")
                 .prefix_separator("__")
@@ -227,10 +236,16 @@ impl Settings {
         let db = url::Url::parse(self.database.url.expose())
             .map_err(|e| ConfigError::new("database.url", format!("not a URL: {e}")))?;
         if !matches!(db.scheme(), "postgres" | "postgresql") {
-            return Err(ConfigError::new("database.url", "scheme must be postgres:// or postgresql://"));
+            return Err(ConfigError::new(
+                "database.url",
+                "scheme must be postgres:// or postgresql://",
+            ));
         }
         if db.path().trim_start_matches('/').is_empty() {
-            return Err(ConfigError::new("database.url", "names no database (add /dbname)"));
+            return Err(ConfigError::new(
+                "database.url",
+                "names no database (add /dbname)",
+            ));
         }
         positive("database.pool_size", self.database.pool_size as f64)?;
         positive("lease.seconds", self.lease.seconds)?;
@@ -239,32 +254,50 @@ impl Settings {
             if hb >= self.lease.seconds {
                 return Err(ConfigError::new(
                     "lease.heartbeat_seconds",
-                    format!("must be shorter than lease.seconds ({})", self.lease.seconds),
+                    format!(
+                        "must be shorter than lease.seconds ({})",
+                        self.lease.seconds
+                    ),
                 ));
             }
         }
         positive("sweeper.interval_seconds", self.sweeper.interval_seconds)?;
         positive("sweeper.batch", self.sweeper.batch as f64)?;
         positive("retry.max_attempts", self.retry.max_attempts as f64)?;
-        positive("retry.backoff_base_seconds", self.retry.backoff_base_seconds)?;
+        positive(
+            "retry.backoff_base_seconds",
+            self.retry.backoff_base_seconds,
+        )?;
         if self.retry.backoff_max_seconds < self.retry.backoff_base_seconds {
-            return Err(ConfigError::new("retry.backoff_max_seconds", "must be at least retry.backoff_base_seconds"));
+            return Err(ConfigError::new(
+                "retry.backoff_max_seconds",
+                "must be at least retry.backoff_base_seconds",
+            ));
         }
         if self.trigger.max_wait_ms < self.trigger.debounce_ms {
-            return Err(ConfigError::new("trigger.max_wait_ms", "must be at least trigger.debounce_ms"));
+            return Err(ConfigError::new(
+                "trigger.max_wait_ms",
+                "must be at least trigger.debounce_ms",
+            ));
         }
         positive("trigger.idle_seconds", self.trigger.idle_seconds)?;
         positive("builders.concurrency", self.builders.concurrency as f64)?;
         positive("builder.timeout_seconds", self.builder.timeout_seconds)?;
         match self.builder.kind {
             BuilderKind::Command if self.builder.command.is_empty() => {
-                return Err(ConfigError::new("builder.command", "must name a program when builder.kind = \"command\""));
+                return Err(ConfigError::new(
+                    "builder.command",
+                    "must name a program when builder.kind = \"command\"",
+                ));
             }
             BuilderKind::Http => {
                 let u = url::Url::parse(self.builder.url.expose())
                     .map_err(|e| ConfigError::new("builder.url", format!("not a URL: {e}")))?;
                 if !matches!(u.scheme(), "http" | "https") {
-                    return Err(ConfigError::new("builder.url", "scheme must be http:// or https://"));
+                    return Err(ConfigError::new(
+                        "builder.url",
+                        "scheme must be http:// or https://",
+                    ));
                 }
             }
             _ => {}
@@ -272,21 +305,35 @@ impl Settings {
         let amqp = url::Url::parse(self.transport.amqp_url.expose())
             .map_err(|e| ConfigError::new("transport.amqp_url", format!("not a URL: {e}")))?;
         if !matches!(amqp.scheme(), "amqp" | "amqps") {
-            return Err(ConfigError::new("transport.amqp_url", "scheme must be amqp:// or amqps://"));
+            return Err(ConfigError::new(
+                "transport.amqp_url",
+                "scheme must be amqp:// or amqps://",
+            ));
         }
         if self.transport.prefix.is_empty()
-            || !self.transport.prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || !self
+                .transport
+                .prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
-            return Err(ConfigError::new("transport.prefix", "must be non-empty ASCII letters, digits, '-', '_' or '.'"));
+            return Err(ConfigError::new(
+                "transport.prefix",
+                "must be non-empty ASCII letters, digits, '-', '_' or '.'",
+            ));
         }
         positive("relay.poll_ms", self.relay.poll_ms as f64)?;
         positive("relay.batch", self.relay.batch as f64)?;
         positive("reconcile.after_seconds", self.reconcile.after_seconds)?;
-        let bind: SocketAddr = self
-            .http
-            .bind
-            .parse()
-            .map_err(|_| ConfigError::new("http.bind", format!("{:?} is not host:port (e.g. 127.0.0.1:8080)", self.http.bind)))?;
+        let bind: SocketAddr = self.http.bind.parse().map_err(|_| {
+            ConfigError::new(
+                "http.bind",
+                format!(
+                    "{:?} is not host:port (e.g. 127.0.0.1:8080)",
+                    self.http.bind
+                ),
+            )
+        })?;
         if !bind.ip().is_loopback() && self.http.token.trim().is_empty() {
             return Err(ConfigError::new(
                 "http.token",
@@ -294,7 +341,10 @@ impl Settings {
             ));
         }
         if self.shutdown.grace_seconds < 0.0 || !self.shutdown.grace_seconds.is_finite() {
-            return Err(ConfigError::new("shutdown.grace_seconds", "must be zero or more"));
+            return Err(ConfigError::new(
+                "shutdown.grace_seconds",
+                "must be zero or more",
+            ));
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| ConfigError::new("log.level", format!("not a tracing filter: {e}")))?;
@@ -306,26 +356,43 @@ impl Settings {
         if !self.node.id.trim().is_empty() {
             return self.node.id.trim().to_owned();
         }
-        let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "node".into());
+        let host = hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "node".into());
         format!("{host}-{}", std::process::id())
     }
 }
 
 fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
-    if v > 0.0 && v.is_finite() { Ok(()) } else { Err(ConfigError::new(key, format!("must be greater than zero (got {v})"))) }
+    if v > 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            key,
+            format!("must be greater than zero (got {v})"),
+        ))
+    }
 }
 
 /// Turns the `config` crate's error into one line naming the key.
 fn from_config_error(e: config::ConfigError) -> ConfigError {
     let text = e.to_string();
     let key = match &e {
-        config::ConfigError::Type { key: Some(key), .. } | config::ConfigError::NotFound(key) => Some(key.clone()),
+        config::ConfigError::Type { key: Some(key), .. } | config::ConfigError::NotFound(key) => {
+            Some(key.clone())
+        }
         // Deserialization messages carry the key in a "for key `x`" suffix.
-        _ => text.split("for key `").nth(1).and_then(|s| s.split('`').next()).map(str::to_owned),
+        _ => text
+            .split("for key `")
+            .nth(1)
+            .and_then(|s| s.split('`').next())
+            .map(str::to_owned),
     };
     match (key, &e) {
         (Some(key), _) => ConfigError::new(&key, text),
-        (None, config::ConfigError::FileParse { .. } | config::ConfigError::Foreign(_)) => ConfigError::new("--config", text),
+        (None, config::ConfigError::FileParse { .. } | config::ConfigError::Foreign(_)) => {
+            ConfigError::new("--config", text)
+        }
         (None, _) => ConfigError::new("config", text),
     }
 }
@@ -335,7 +402,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -343,7 +413,10 @@ mod tests {
         let s = Settings::defaults();
         assert_eq!(s.lease.seconds, 60.0);
         assert_eq!(s.lease.heartbeat(), Duration::from_secs(20));
-        assert_eq!(s.database.url.expose(), "postgres://postgres@127.0.0.1:5432/briefrail");
+        assert_eq!(
+            s.database.url.expose(),
+            "postgres://postgres@127.0.0.1:5432/briefrail"
+        );
         assert_eq!(s.transport.kind, TransportKind::Amqp);
     }
 
@@ -386,7 +459,10 @@ mod tests {
     fn heartbeat_must_be_shorter_than_lease() {
         let e = Settings::load_with_env(
             None,
-            env(&[("BRIEFRAIL__LEASE__SECONDS", "10"), ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "10")]),
+            env(&[
+                ("BRIEFRAIL__LEASE__SECONDS", "10"),
+                ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "10"),
+            ]),
         )
         .expect_err("heartbeat == lease");
         assert_eq!(e.key, "lease.heartbeat_seconds");
@@ -402,12 +478,18 @@ mod tests {
         assert!(!e.to_string().contains("hunter2"), "{e}");
         let e = Settings::load_with_env(
             None,
-            env(&[("BRIEFRAIL__TRANSPORT__AMQP_URL", "http://guest:s3cr3t@rabbit/")]),
+            env(&[(
+                "BRIEFRAIL__TRANSPORT__AMQP_URL",
+                "http://guest:s3cr3t@rabbit/",
+            )]),
         )
         .expect_err("bad scheme");
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
-        let s = Settings::load_with_env(None, env(&[("BRIEFRAIL__DATABASE__URL", "postgres://app:hunter2@db/x")]))
-            .expect("valid");
+        let s = Settings::load_with_env(
+            None,
+            env(&[("BRIEFRAIL__DATABASE__URL", "postgres://app:hunter2@db/x")]),
+        )
+        .expect("valid");
         assert!(!format!("{s:?}").contains("hunter2"));
     }
 }

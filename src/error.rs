@@ -11,8 +11,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The token is no longer the row's current claim: another build superseded this one.
     /// Nothing was written. The build must stop; retrying cannot succeed.
-    #[error("fenced: token {token} is not the current claim of matter {matter_id} (firm {firm_id})")]
-    Fenced { firm_id: Uuid, matter_id: Uuid, token: i64 },
+    #[error(
+        "fenced: token {token} is not the current claim of matter {matter_id} (firm {firm_id})"
+    )]
+    Fenced {
+        firm_id: Uuid,
+        matter_id: Uuid,
+        token: i64,
+    },
 
     /// A statement failed (connection loss, timeout, constraint...). May be retried unless
     /// [`Error::is_permanent`] says otherwise.

@@ -14,10 +14,13 @@
 //! becomes a nudge; the nudge becomes a demand on the matter's row; a claim hands out a token;
 //! a build runs with it and commits the frame only if the token is still current.
 
+pub mod actors;
+pub mod build;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod ledger;
+pub mod metrics;
 pub mod schema;
 pub mod secret;
 pub mod surface;

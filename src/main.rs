@@ -17,7 +17,10 @@ fn main() -> ExitCode {
         }
     };
     briefrail::surface::logging::init(&settings.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("briefrail: cannot start the runtime: {e}");
@@ -27,7 +30,10 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::execute(args.command, &settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("briefrail: {}", briefrail::secret::redact_urls(&e.to_string()));
+            eprintln!(
+                "briefrail: {}",
+                briefrail::secret::redact_urls(&e.to_string())
+            );
             ExitCode::from(cli::exit_code(&e) as u8)
         }
     }

@@ -41,7 +41,9 @@ pub fn redact_urls(text: &str) -> String {
         let (head, tail) = rest.split_at(i + 3);
         out.push_str(head);
         // The authority ends at the first '/', whitespace or quote; credentials end at its last '@'.
-        let end = tail.find(|c: char| c == '/' || c.is_whitespace() || c == '"' || c == '\'' || c == '`').unwrap_or(tail.len());
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace() || c == '"' || c == '\'' || c == '`')
+            .unwrap_or(tail.len());
         let authority = &tail[..end];
         match (authority.rfind('@'), authority.find(':')) {
             (Some(at), Some(colon)) if colon < at => {
@@ -64,10 +66,15 @@ mod tests {
     #[test]
     fn redacts_passwords_only() {
         assert_eq!(
-            redact_urls("connect postgres://app:hunter2@db:5432/x failed; amqp://guest:g@rabbit/%2f"),
+            redact_urls(
+                "connect postgres://app:hunter2@db:5432/x failed; amqp://guest:g@rabbit/%2f"
+            ),
             "connect postgres://app:***@db:5432/x failed; amqp://guest:***@rabbit/%2f"
         );
-        assert_eq!(redact_urls("postgres://postgres@127.0.0.1/briefrail"), "postgres://postgres@127.0.0.1/briefrail");
+        assert_eq!(
+            redact_urls("postgres://postgres@127.0.0.1/briefrail"),
+            "postgres://postgres@127.0.0.1/briefrail"
+        );
         assert_eq!(redact_urls("no url here"), "no url here");
         assert_eq!(redact_urls("postgres://u:p@ss@h/d"), "postgres://u:***@h/d");
         assert!(!format!("{:?}", SecretUrl::new("amqp://a:topsecret@h")).contains("topsecret"));

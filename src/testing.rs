@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 
 /// The server tests run against; `BRIEFRAIL_TEST_DATABASE_URL` overrides it.
 pub fn server_url() -> String {
-    std::env::var("BRIEFRAIL_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("BRIEFRAIL_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 /// A database of one's own, migrated, dropped on drop.
@@ -40,7 +41,9 @@ impl TestDb {
 
     /// A dedicated connection (not from the pool).
     pub async fn connection(&self) -> Result<AsyncPgConnection> {
-        AsyncPgConnection::establish(&self.url).await.map_err(|e| Error::Connection(e.to_string()))
+        AsyncPgConnection::establish(&self.url)
+            .await
+            .map_err(|e| Error::Connection(e.to_string()))
     }
 }
 
@@ -49,7 +52,10 @@ impl Drop for TestDb {
         let (server, name) = (server_url(), self.name.clone());
         // Drop runs inside the test's runtime; a thread with its own runtime may block.
         let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 let _ = rt.block_on(admin::drop_database(&server, &name));
             }
         })
@@ -74,7 +80,11 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let p = e.path();
-            if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+            if p.is_dir() {
+                out.extend(walk(&p))
+            } else {
+                out.push(p)
+            }
         }
     }
     out
@@ -84,9 +94,13 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 pub async fn ensure_template(server: &str) -> Result<String> {
     let template = format!("br_tpl_{:016x}", migrations_hash());
     let (_, admin_url) = admin::split_url(&admin::with_database(server, "postgres")?)?;
-    let mut lock_conn = AsyncPgConnection::establish(&admin_url).await.map_err(|e| Error::Connection(e.to_string()))?;
+    let mut lock_conn = AsyncPgConnection::establish(&admin_url)
+        .await
+        .map_err(|e| Error::Connection(e.to_string()))?;
     // One creator at a time across every test binary running now.
-    lock_conn.batch_execute("SELECT pg_advisory_lock(727274)").await?;
+    lock_conn
+        .batch_execute("SELECT pg_advisory_lock(727274)")
+        .await?;
     let result = async {
         let url = admin::with_database(server, &template)?;
         if admin::create_database_if_missing(&url).await? {
@@ -103,6 +117,8 @@ pub async fn ensure_template(server: &str) -> Result<String> {
         Ok(template.clone())
     }
     .await;
-    lock_conn.batch_execute("SELECT pg_advisory_unlock(727274)").await?;
+    lock_conn
+        .batch_execute("SELECT pg_advisory_unlock(727274)")
+        .await?;
     result
 }

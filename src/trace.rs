@@ -19,7 +19,11 @@ impl Traceparent {
         let s = uuid::Uuid::new_v4();
         let mut span_id = [0u8; 8];
         span_id.copy_from_slice(&s.as_bytes()[..8]);
-        Self { trace_id: *t.as_bytes(), span_id, sampled: true }
+        Self {
+            trace_id: *t.as_bytes(),
+            span_id,
+            sampled: true,
+        }
     }
 
     /// A child span in the same trace.
@@ -37,7 +41,12 @@ impl Traceparent {
     /// Parses a header value; `None` for anything that is not a valid version-00 traceparent.
     pub fn parse(s: &str) -> Option<Self> {
         let parts: Vec<&str> = s.trim().split('-').collect();
-        if parts.len() != 4 || parts[0] != "00" || parts[1].len() != 32 || parts[2].len() != 16 || parts[3].len() != 2 {
+        if parts.len() != 4
+            || parts[0] != "00"
+            || parts[1].len() != 32
+            || parts[2].len() != 16
+            || parts[3].len() != 2
+        {
             return None;
         }
         let mut trace_id = [0u8; 16];
@@ -49,13 +58,23 @@ impl Traceparent {
         if trace_id == [0; 16] || span_id == [0; 8] {
             return None;
         }
-        Some(Self { trace_id, span_id, sampled: flags[0] & 1 == 1 })
+        Some(Self {
+            trace_id,
+            span_id,
+            sampled: flags[0] & 1 == 1,
+        })
     }
 }
 
 impl fmt::Display for Traceparent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "00-{}-{}-{:02x}", hex(&self.trace_id), hex(&self.span_id), self.sampled as u8)
+        write!(
+            f,
+            "00-{}-{}-{:02x}",
+            hex(&self.trace_id),
+            hex(&self.span_id),
+            self.sampled as u8
+        )
     }
 }
 
@@ -64,7 +83,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str, out: &mut [u8]) -> Option<()> {
-    if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return None;
     }
     for (i, o) in out.iter_mut().enumerate() {
@@ -84,9 +106,13 @@ mod tests {
         assert_eq!(s.len(), 55);
         assert_eq!(Traceparent::parse(&s), Some(t));
         assert_eq!(t.child().trace_id, t.trace_id);
-        for bad in ["", "00-xyz", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-                    "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"] {
+        for bad in [
+            "",
+            "00-xyz",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        ] {
             assert_eq!(Traceparent::parse(bad), None, "{bad}");
         }
     }

@@ -16,8 +16,13 @@ fn briefrail(db_url: &str, args: &[&str]) -> Output {
 }
 
 fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "exit {:?}\nstdout: {}\nstderr: {}", out.status.code(),
-            String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -26,9 +31,15 @@ async fn migrate_creates_the_database_and_is_idempotent() {
     let name = format!("br_cli_{}", &Uuid::new_v4().simple().to_string()[..12]);
     let url = admin::with_database(&server_url(), &name).unwrap();
     let first = ok(&briefrail(&url, &["migrate"]));
-    assert!(first.contains("created") && first.contains("2 migration(s) applied"), "{first}");
+    assert!(
+        first.contains("created") && first.contains("2 migration(s) applied"),
+        "{first}"
+    );
     let second = ok(&briefrail(&url, &["migrate"]));
-    assert!(second.contains("exists") && second.contains("0 migration(s) applied"), "{second}");
+    assert!(
+        second.contains("exists") && second.contains("0 migration(s) applied"),
+        "{second}"
+    );
     admin::drop_database(&server_url(), &name).await.unwrap();
 }
 
@@ -37,28 +48,77 @@ async fn an_operator_records_facts_and_reads_status() {
     let db = TestDb::new(1).await.unwrap();
     let (firm, matter) = (Uuid::new_v4().to_string(), Uuid::new_v4().to_string());
     let m = ["--firm", firm.as_str(), "--matter", matter.as_str()];
-    ok(&briefrail(&db.url, &[&["matter", "create"][..], &m, &["--title", "Acme v. Globex"]].concat()));
+    ok(&briefrail(
+        &db.url,
+        &[
+            &["matter", "create"][..],
+            &m,
+            &["--title", "Acme v. Globex"],
+        ]
+        .concat(),
+    ));
     let file = std::env::temp_dir().join(format!("complaint-{matter}.txt"));
-    std::fs::write(&file, "Acme alleges Globex breached the supply agreement. Damages exceed $2M.").unwrap();
+    std::fs::write(
+        &file,
+        "Acme alleges Globex breached the supply agreement. Damages exceed $2M.",
+    )
+    .unwrap();
     let path = file.to_string_lossy().into_owned();
-    ok(&briefrail(&db.url, &[&["document", "add"][..], &m, &["--title", "Complaint", "--dated", "2025-03-01", "--file", &path]].concat()));
-    ok(&briefrail(&db.url, &[&["brief", "request"][..], &m].concat()));
-    let all = ok(&briefrail(&db.url, &["brief", "request", "--firm", &firm, "--all"]));
+    ok(&briefrail(
+        &db.url,
+        &[
+            &["document", "add"][..],
+            &m,
+            &[
+                "--title",
+                "Complaint",
+                "--dated",
+                "2025-03-01",
+                "--file",
+                &path,
+            ],
+        ]
+        .concat(),
+    ));
+    ok(&briefrail(
+        &db.url,
+        &[&["brief", "request"][..], &m].concat(),
+    ));
+    let all = ok(&briefrail(
+        &db.url,
+        &["brief", "request", "--firm", &firm, "--all"],
+    ));
     assert!(all.contains("1 live matter"), "{all}");
 
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&briefrail(&db.url, &[&["status", "--json"][..], &m].concat()))).expect("json");
+    let status: serde_json::Value = serde_json::from_str(&ok(&briefrail(
+        &db.url,
+        &[&["status", "--json"][..], &m].concat(),
+    )))
+    .expect("json");
     assert_eq!(status["unserved"], false);
     assert!(status["runs"].as_array().unwrap().is_empty());
     let text = ok(&briefrail(&db.url, &[&["status"][..], &m].concat()));
     assert!(text.contains("unserved demand: no"), "{text}");
 
     let mut c = db.pool.get().await.unwrap();
+    use briefrail::schema::ops::domain_event_outbox::dsl as o;
     use diesel::prelude::*;
     use diesel_async::RunQueryDsl;
-    use briefrail::schema::ops::domain_event_outbox::dsl as o;
-    let names: Vec<String> = o::domain_event_outbox.order(o::seq).select(o::event_name).load(&mut c).await.unwrap();
-    assert_eq!(names, ["matter.created", "document.uploaded", "brief.requested", "brief.requested"]);
+    let names: Vec<String> = o::domain_event_outbox
+        .order(o::seq)
+        .select(o::event_name)
+        .load(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        names,
+        [
+            "matter.created",
+            "document.uploaded",
+            "brief.requested",
+            "brief.requested"
+        ]
+    );
     std::fs::remove_file(file).ok();
 }
 
@@ -68,10 +128,42 @@ async fn bad_input_exits_2_and_runtime_failures_exit_1_with_one_line() {
     let firm = Uuid::new_v4().to_string();
     let unknown = Uuid::new_v4().to_string();
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
-        (vec!["status", "--firm", "nope", "--matter", &unknown], 2, "invalid value"),
-        (vec!["document", "add", "--firm", &firm, "--matter", &unknown, "--title", "t", "--text", "x"], 2, "not found"),
-        (vec!["matter", "create", "--firm", &firm, "--matter", &unknown, "--title", "  "], 2, "title must not be empty"),
-        (vec!["document", "add", "--firm", &firm, "--matter", &unknown, "--title", "t", "--file", "/no/such/file"], 2, "/no/such/file"),
+        (
+            vec!["status", "--firm", "nope", "--matter", &unknown],
+            2,
+            "invalid value",
+        ),
+        (
+            vec![
+                "document", "add", "--firm", &firm, "--matter", &unknown, "--title", "t", "--text",
+                "x",
+            ],
+            2,
+            "not found",
+        ),
+        (
+            vec![
+                "matter", "create", "--firm", &firm, "--matter", &unknown, "--title", "  ",
+            ],
+            2,
+            "title must not be empty",
+        ),
+        (
+            vec![
+                "document",
+                "add",
+                "--firm",
+                &firm,
+                "--matter",
+                &unknown,
+                "--title",
+                "t",
+                "--file",
+                "/no/such/file",
+            ],
+            2,
+            "/no/such/file",
+        ),
         (vec!["--config", "/no/such.toml", "migrate"], 2, "--config"),
     ];
     for (args, code, needle) in cases {
@@ -89,7 +181,10 @@ async fn bad_input_exits_2_and_runtime_failures_exit_1_with_one_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("lease.seconds"));
 
     // Unreachable database: a runtime failure, and the password never printed.
-    let out = briefrail("postgres://app:hunter2@127.0.0.1:1/x", &["status", "--firm", &firm, "--matter", &unknown]);
+    let out = briefrail(
+        "postgres://app:hunter2@127.0.0.1:1/x",
+        &["status", "--firm", &firm, "--matter", &unknown],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");

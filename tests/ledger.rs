@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use briefrail::Error;
-use briefrail::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Frame, Landed, RetryPolicy};
+use briefrail::ledger::transitions::{
+    self as t, ClaimOutcome, ClaimRequest, Frame, Landed, RetryPolicy,
+};
 use briefrail::ledger::{Claim, facts, reads};
 use briefrail::testing::TestDb;
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
@@ -16,7 +18,14 @@ use uuid::Uuid;
 const NODE: &str = "test-node";
 
 fn req(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
-    ClaimRequest { firm_id: firm, matter_id: matter, lease, node_id: NODE.into(), trace_id: None, event_ids: vec![] }
+    ClaimRequest {
+        firm_id: firm,
+        matter_id: matter,
+        lease,
+        node_id: NODE.into(),
+        trace_id: None,
+        event_ids: vec![],
+    }
 }
 
 fn long() -> Duration {
@@ -25,16 +34,28 @@ fn long() -> Duration {
 
 async fn won(db: &TestDb, firm: Uuid, matter: Uuid) -> Claim {
     let mut c = db.pool.get().await.expect("conn");
-    t::claim(&mut c, &req(firm, matter, long())).await.expect("claim").expect("the matter is free")
+    t::claim(&mut c, &req(firm, matter, long()))
+        .await
+        .expect("claim")
+        .expect("the matter is free")
 }
 
 async fn commit(db: &TestDb, claim: &Claim) -> briefrail::Result<Landed> {
-    t::commit(&db.pool, claim, NODE, Frame::new(json!({ "token": claim.token }))).await
+    t::commit(
+        &db.pool,
+        claim,
+        NODE,
+        &Frame::new(json!({ "token": claim.token })),
+    )
+    .await
 }
 
 async fn job(db: &TestDb, firm: Uuid, matter: Uuid) -> briefrail::ledger::JobRow {
     let mut c = db.pool.get().await.expect("conn");
-    reads::job(&mut c, firm, matter).await.expect("read").expect("row exists")
+    reads::job(&mut c, firm, matter)
+        .await
+        .expect("read")
+        .expect("row exists")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -49,7 +70,9 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
             // Released together; the 16 connections are then fought over for real.
             barrier.wait().await;
             let mut c = pool.get().await.expect("conn");
-            t::claim_or_record(&mut c, &req(firm, matter, long())).await.expect("claim")
+            t::claim_or_record(&mut c, &req(firm, matter, long()))
+                .await
+                .expect("claim")
         }));
     }
     let mut winners = Vec::new();
@@ -63,7 +86,10 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
     assert_eq!(winners.len(), 1, "exactly one token: {winners:?}");
     assert_eq!(recorded, 63);
     let row = job(&db, firm, matter).await;
-    assert_eq!(row.requested_generation, 64, "every one of the 64 demands is accounted for");
+    assert_eq!(
+        row.requested_generation, 64,
+        "every one of the 64 demands is accounted for"
+    );
     assert_eq!(row.claimed_generation, winners[0].token);
     assert!(row.rebuild_needed, "the losers left the breadcrumb");
     assert_eq!(row.run_status, "running");
@@ -81,20 +107,53 @@ async fn a_zombie_commit_is_fenced_after_the_sweep() {
     let swept = t::sweep(&mut c, Duration::ZERO, 100).await.expect("sweep");
     assert_eq!(swept.len(), 1);
     assert_eq!(swept[0].1, zombie.token);
-    assert_eq!(reads::run(&mut c, zombie.run_id).await.unwrap().unwrap().outcome, "lease_expired");
+    assert_eq!(
+        reads::run(&mut c, zombie.run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .outcome,
+        "lease_expired"
+    );
 
     let successor = won(&db, firm, matter).await;
-    assert_eq!(successor.token, zombie.token + 1, "the sweep's reclaim hands out n+1");
-    assert_eq!(commit(&db, &successor).await.expect("successor lands"), Landed::Idle);
+    assert_eq!(
+        successor.token,
+        zombie.token + 1,
+        "the sweep's reclaim hands out n+1"
+    );
+    assert_eq!(
+        commit(&db, &successor).await.expect("successor lands"),
+        Landed::Idle
+    );
 
     // The zombie wakes and writes: refused at the ledger.
     let err = commit(&db, &zombie).await.expect_err("stale token");
-    assert!(matches!(err, Error::Fenced { token, .. } if token == zombie.token), "{err}");
-    assert!(reads::frame_meta(&mut c, firm, matter, zombie.token).await.unwrap().is_none(), "no frame for token n");
-    assert_eq!(reads::run(&mut c, zombie.run_id).await.unwrap().unwrap().outcome, "fenced");
+    assert!(
+        matches!(err, Error::Fenced { token, .. } if token == zombie.token),
+        "{err}"
+    );
+    assert!(
+        reads::frame_meta(&mut c, firm, matter, zombie.token)
+            .await
+            .unwrap()
+            .is_none(),
+        "no frame for token n"
+    );
+    assert_eq!(
+        reads::run(&mut c, zombie.run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .outcome,
+        "fenced"
+    );
     let row = job(&db, firm, matter).await;
     assert_eq!(row.landed_generation, successor.token);
-    assert!(matches!(t::heartbeat(&mut c, &zombie).await, Err(Error::Fenced { .. })));
+    assert!(matches!(
+        t::heartbeat(&mut c, &zombie).await,
+        Err(Error::Fenced { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,15 +164,36 @@ async fn a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep() {
     let zombie = won(&db, firm, matter).await;
     // From the second claimer's point of view the lease (zero) has expired.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let successor = t::claim(&mut c, &req(firm, matter, Duration::ZERO)).await.unwrap().expect("expired lease");
+    let successor = t::claim(&mut c, &req(firm, matter, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("expired lease");
     assert!(successor.token > zombie.token);
-    assert_eq!(reads::run(&mut c, zombie.run_id).await.unwrap().unwrap().outcome, "lease_expired");
-    assert!(matches!(t::heartbeat(&mut c, &zombie).await, Err(Error::Fenced { .. })), "heartbeat tells the zombie");
-    t::heartbeat(&mut c, &successor).await.expect("the successor's heartbeat renews");
+    assert_eq!(
+        reads::run(&mut c, zombie.run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .outcome,
+        "lease_expired"
+    );
+    assert!(
+        matches!(
+            t::heartbeat(&mut c, &zombie).await,
+            Err(Error::Fenced { .. })
+        ),
+        "heartbeat tells the zombie"
+    );
+    t::heartbeat(&mut c, &successor)
+        .await
+        .expect("the successor's heartbeat renews");
     assert!(commit(&db, &zombie).await.unwrap_err().is_fenced());
     commit(&db, &successor).await.expect("lands");
     let frames = reads::frames(&mut c, firm, matter).await.unwrap();
-    assert_eq!(frames.iter().map(|f| f.generation).collect::<Vec<_>>(), vec![successor.token]);
+    assert_eq!(
+        frames.iter().map(|f| f.generation).collect::<Vec<_>>(),
+        vec![successor.token]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -133,13 +213,20 @@ async fn twenty_demands_during_a_build_cost_exactly_one_follow_up() {
                 t::demand(&mut c, firm, matter).await.expect("demand");
                 None
             } else {
-                Some(t::claim_or_record(&mut c, &req(firm, matter, long())).await.expect("claim"))
+                Some(
+                    t::claim_or_record(&mut c, &req(firm, matter, long()))
+                        .await
+                        .expect("claim"),
+                )
             }
         }));
     }
     for task in tasks {
         if let Some(outcome) = task.await.unwrap() {
-            assert!(matches!(outcome, ClaimOutcome::Recorded { .. }), "a build is running: {outcome:?}");
+            assert!(
+                matches!(outcome, ClaimOutcome::Recorded { .. }),
+                "a build is running: {outcome:?}"
+            );
         }
     }
     let Landed::FollowUp(follow_up) = commit(&db, &first).await.expect("lands") else {
@@ -147,14 +234,29 @@ async fn twenty_demands_during_a_build_cost_exactly_one_follow_up() {
     };
     assert!(follow_up.token > first.token);
     let row = job(&db, firm, matter).await;
-    assert_eq!((row.run_status.as_str(), row.claimed_generation, row.rebuild_needed), ("running", follow_up.token, false));
-    assert_eq!(commit(&db, &follow_up).await.expect("follow-up lands"), Landed::Idle, "nothing left pending");
+    assert_eq!(
+        (
+            row.run_status.as_str(),
+            row.claimed_generation,
+            row.rebuild_needed
+        ),
+        ("running", follow_up.token, false)
+    );
+    assert_eq!(
+        commit(&db, &follow_up).await.expect("follow-up lands"),
+        Landed::Idle,
+        "nothing left pending"
+    );
     let row = job(&db, firm, matter).await;
     assert!(!row.unserved(), "{row:?}");
     let mut c = db.pool.get().await.unwrap();
     assert!(t::unserved(&mut c, 5, 100).await.unwrap().is_empty());
     let runs = reads::runs(&mut c, firm, matter, 100).await.unwrap();
-    assert_eq!(runs.len(), 2, "two builds in all: the first and one follow-up");
+    assert_eq!(
+        runs.len(),
+        2,
+        "two builds in all: the first and one follow-up"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -170,13 +272,17 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
         let (p1, b1) = (db.pool.clone(), barrier.clone());
         let committer = tokio::spawn(async move {
             b1.wait().await;
-            t::commit(&p1, &running, NODE, Frame::new(json!({}))).await.expect("current token lands")
+            t::commit(&p1, &running, NODE, &Frame::new(json!({})))
+                .await
+                .expect("current token lands")
         });
         let (p2, b2) = (db.pool.clone(), barrier.clone());
         let demander = tokio::spawn(async move {
             let mut c = p2.get().await.expect("conn");
             b2.wait().await;
-            t::claim_or_record(&mut c, &req(firm, matter, long())).await.expect("claim")
+            t::claim_or_record(&mut c, &req(firm, matter, long()))
+                .await
+                .expect("claim")
         });
         let landed = committer.await.unwrap();
         match demander.await.unwrap() {
@@ -185,19 +291,28 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
                 assert_eq!(landed, Landed::Idle);
                 assert_eq!(commit(&db, &c).await.unwrap(), Landed::Idle);
             }
-            ClaimOutcome::Recorded { requested_generation } => {
+            ClaimOutcome::Recorded {
+                requested_generation,
+            } => {
                 recorded_during += 1;
                 let Landed::FollowUp(f) = landed else {
-                    panic!("demand {requested_generation} was recorded but the commit did not re-claim: dropped");
+                    panic!(
+                        "demand {requested_generation} was recorded but the commit did not re-claim: dropped"
+                    );
                 };
                 assert_eq!(commit(&db, &f).await.unwrap(), Landed::Idle);
             }
         }
         let row = job(&db, firm, matter).await;
-        assert_eq!(row.landed_generation, row.requested_generation, "every demand served: {row:?}");
+        assert_eq!(
+            row.landed_generation, row.requested_generation,
+            "every demand served: {row:?}"
+        );
         assert_eq!(row.run_status, "idle");
     }
-    eprintln!("{rounds} rounds: the demand won after the commit {won_after} times, was recorded during it {recorded_during} times");
+    eprintln!(
+        "{rounds} rounds: the demand won after the commit {won_after} times, was recorded during it {recorded_during} times"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -213,18 +328,29 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
                 let mut c = pool.get().await.expect("conn");
                 // Some workers treat every lease as expired: they take over running builds,
                 // turning their holders into zombies whose commits must be fenced.
-                let lease = if (w + i) % 3 == 0 { Duration::ZERO } else { long() };
+                let lease = if (w + i) % 3 == 0 {
+                    Duration::ZERO
+                } else {
+                    long()
+                };
                 if (w * 7 + i) % 11 == 0 {
                     t::sweep(&mut c, Duration::ZERO, 10).await.expect("sweep");
                 }
-                if let ClaimOutcome::Won(claim) = t::claim_or_record(&mut c, &req(firm, matter, lease)).await.expect("claim") {
+                if let ClaimOutcome::Won(claim) =
+                    t::claim_or_record(&mut c, &req(firm, matter, lease))
+                        .await
+                        .expect("claim")
+                {
                     tokens.push(claim.token);
                     drop(c);
                     tokio::task::yield_now().await;
-                    match t::commit(&pool, &claim, NODE, Frame::new(json!({"t": claim.token}))).await {
+                    match t::commit(&pool, &claim, NODE, &Frame::new(json!({"t": claim.token})))
+                        .await
+                    {
                         Ok(Landed::FollowUp(f)) => {
                             tokens.push(f.token);
-                            let _ = t::commit(&pool, &f, NODE, Frame::new(json!({"t": f.token}))).await;
+                            let _ = t::commit(&pool, &f, NODE, &Frame::new(json!({"t": f.token})))
+                                .await;
                         }
                         Ok(Landed::Idle) | Err(Error::Fenced { .. }) => {}
                         Err(e) => panic!("commit failed: {e}"),
@@ -237,7 +363,10 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
     let mut all = Vec::new();
     for task in tasks {
         let tokens = task.await.unwrap();
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "one worker saw tokens go backwards: {tokens:?}");
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "one worker saw tokens go backwards: {tokens:?}"
+        );
         all.extend(tokens);
     }
     let n = all.len();
@@ -255,14 +384,31 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
     );
     let runs = reads::runs(&mut c, firm, matter, 10_000).await.unwrap();
     for f in &frames {
-        let run = runs.iter().find(|r| r.token == f.generation).expect("every frame has its run");
-        assert_eq!(run.outcome, "landed", "frame {} has a run that is not landed", f.generation);
+        let run = runs
+            .iter()
+            .find(|r| r.token == f.generation)
+            .expect("every frame has its run");
+        assert_eq!(
+            run.outcome, "landed",
+            "frame {} has a run that is not landed",
+            f.generation
+        );
         assert_eq!(run.run_id, f.run_id);
     }
-    for r in runs.iter().filter(|r| r.outcome == "fenced" || r.outcome == "lease_expired") {
-        assert!(!frames.iter().any(|f| f.generation == r.token), "a {} run has a frame", r.outcome);
+    for r in runs
+        .iter()
+        .filter(|r| r.outcome == "fenced" || r.outcome == "lease_expired")
+    {
+        assert!(
+            !frames.iter().any(|f| f.generation == r.token),
+            "a {} run has a frame",
+            r.outcome
+        );
     }
-    assert!(runs.iter().any(|r| r.outcome == "fenced"), "the race produced no zombie; the test proves nothing");
+    assert!(
+        runs.iter().any(|r| r.outcome == "fenced"),
+        "the race produced no zombie; the test proves nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,13 +417,26 @@ async fn at_most_one_frame_per_token() {
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let claim = won(&db, firm, matter).await;
     assert_eq!(commit(&db, &claim).await.unwrap(), Landed::Idle);
-    assert!(commit(&db, &claim).await.unwrap_err().is_fenced(), "a second commit with the same token");
+    assert!(
+        commit(&db, &claim).await.unwrap_err().is_fenced(),
+        "a second commit with the same token"
+    );
     let mut c = db.pool.get().await.unwrap();
     assert_eq!(reads::frames(&mut c, firm, matter).await.unwrap().len(), 1);
     let settled = t::settle(&mut c, &claim, Uuid::new_v4()).await.unwrap();
-    assert_eq!(settled, Some(Landed::Idle), "an unknown commit outcome settles by reading the frame");
-    let never = Claim { token: claim.token + 5, ..claim };
-    assert_eq!(t::settle(&mut c, &never, Uuid::new_v4()).await.unwrap(), None);
+    assert_eq!(
+        settled,
+        Some(Landed::Idle),
+        "an unknown commit outcome settles by reading the frame"
+    );
+    let never = Claim {
+        token: claim.token + 5,
+        ..claim
+    };
+    assert_eq!(
+        t::settle(&mut c, &never, Uuid::new_v4()).await.unwrap(),
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,7 +444,9 @@ async fn extra_writes_land_only_with_a_current_token() {
     let db = TestDb::new(4).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    c.batch_execute("CREATE TABLE app_brief_index (matter_id uuid, token bigint)").await.unwrap();
+    c.batch_execute("CREATE TABLE app_brief_index (matter_id uuid, token bigint)")
+        .await
+        .unwrap();
     let extra = |_: ()| -> briefrail::ledger::ExtraWrites {
         Box::new(|conn, claim| {
             Box::pin(async move {
@@ -301,8 +462,22 @@ async fn extra_writes_land_only_with_a_current_token() {
     let zombie = won(&db, firm, matter).await;
     t::sweep(&mut c, Duration::ZERO, 10).await.unwrap();
     let current = won(&db, firm, matter).await;
-    t::commit(&db.pool, &current, NODE, Frame::new(json!({})).with_extra(extra(()))).await.expect("lands");
-    let err = t::commit(&db.pool, &zombie, NODE, Frame::new(json!({})).with_extra(extra(()))).await.unwrap_err();
+    t::commit(
+        &db.pool,
+        &current,
+        NODE,
+        &Frame::new(json!({})).with_extra(extra(())),
+    )
+    .await
+    .expect("lands");
+    let err = t::commit(
+        &db.pool,
+        &zombie,
+        NODE,
+        &Frame::new(json!({})).with_extra(extra(())),
+    )
+    .await
+    .unwrap_err();
     assert!(err.is_fenced());
 
     #[derive(diesel::QueryableByName)]
@@ -310,20 +485,45 @@ async fn extra_writes_land_only_with_a_current_token() {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         token: i64,
     }
-    let rows: Vec<Tok> = diesel::sql_query("SELECT token FROM app_brief_index").load(&mut c).await.unwrap();
-    assert_eq!(rows.iter().map(|r| r.token).collect::<Vec<_>>(), vec![current.token]);
+    let rows: Vec<Tok> = diesel::sql_query("SELECT token FROM app_brief_index")
+        .load(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.token).collect::<Vec<_>>(),
+        vec![current.token]
+    );
 
     // A failing extra write rolls the frame back with it: nothing half-lands.
     let next = won(&db, firm, matter).await;
     let failing: briefrail::ledger::ExtraWrites = Box::new(|conn, _| {
         Box::pin(async move {
-            conn.batch_execute("INSERT INTO no_such_table VALUES (1)").await?;
+            conn.batch_execute("INSERT INTO no_such_table VALUES (1)")
+                .await?;
             Ok(())
         })
     });
-    assert!(t::commit(&db.pool, &next, NODE, Frame::new(json!({})).with_extra(failing)).await.is_err());
-    assert!(reads::frame_meta(&mut c, firm, matter, next.token).await.unwrap().is_none());
-    assert_eq!(job(&db, firm, matter).await.claimed_generation, next.token, "the claim is still held");
+    assert!(
+        t::commit(
+            &db.pool,
+            &next,
+            NODE,
+            &Frame::new(json!({})).with_extra(failing)
+        )
+        .await
+        .is_err()
+    );
+    assert!(
+        reads::frame_meta(&mut c, firm, matter, next.token)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        job(&db, firm, matter).await.claimed_generation,
+        next.token,
+        "the claim is still held"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,9 +531,18 @@ async fn event_names_must_be_lowercase_noun_verb_in_rust_and_in_the_database() {
     let db = TestDb::new(2).await.expect("test db");
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    for bad in ["Matter.Created", "matter_created", "matter.created.now", "matter.", ""] {
+    for bad in [
+        "Matter.Created",
+        "matter_created",
+        "matter.created.now",
+        "matter.",
+        "",
+    ] {
         let e = briefrail::ledger::outbox::NewEvent::new(firm, matter, bad).expect_err(bad);
-        assert!(matches!(e, Error::InvalidEventName { .. }) && e.to_string().contains("noun.verb"), "{e}");
+        assert!(
+            matches!(e, Error::InvalidEventName { .. }) && e.to_string().contains("noun.verb"),
+            "{e}"
+        );
         // The database refuses it too, even from a writer that skips the library.
         let raw = diesel::sql_query(
             "INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name) VALUES (gen_random_uuid(), $1, $2, $3)",
@@ -344,10 +553,16 @@ async fn event_names_must_be_lowercase_noun_verb_in_rust_and_in_the_database() {
         .execute(&mut c)
         .await
         .expect_err(bad);
-        assert!(Error::from(raw).is_permanent(), "a CHECK violation is permanent: {bad}");
+        assert!(
+            Error::from(raw).is_permanent(),
+            "a CHECK violation is permanent: {bad}"
+        );
     }
-    let ok = briefrail::ledger::outbox::NewEvent::new(firm, matter, "matter.created").expect("valid");
-    briefrail::ledger::outbox::record_event(&mut c, &ok).await.expect("accepted");
+    let ok =
+        briefrail::ledger::outbox::NewEvent::new(firm, matter, "matter.created").expect("valid");
+    briefrail::ledger::outbox::record_event(&mut c, &ok)
+        .await
+        .expect("accepted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,8 +570,12 @@ async fn firms_are_isolated_even_with_the_same_matter_id() {
     let db = TestDb::new(4).await.expect("test db");
     let (firm_a, firm_b, matter) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    facts::create_matter(&mut c, firm_a, matter, "A v. B").await.unwrap();
-    facts::create_matter(&mut c, firm_b, matter, "C v. D").await.unwrap();
+    facts::create_matter(&mut c, firm_a, matter, "A v. B")
+        .await
+        .unwrap();
+    facts::create_matter(&mut c, firm_b, matter, "C v. D")
+        .await
+        .unwrap();
     t::demand(&mut c, firm_b, matter).await.unwrap();
     let b_before = job(&db, firm_b, matter).await;
 
@@ -364,20 +583,51 @@ async fn firms_are_isolated_even_with_the_same_matter_id() {
     t::demand(&mut c, firm_a, matter).await.unwrap();
     t::heartbeat(&mut c, &a).await.unwrap();
     // A's token used against B's row is refused: tokens are per (firm, matter).
-    let forged = Claim { firm_id: firm_b, ..a };
+    let forged = Claim {
+        firm_id: firm_b,
+        ..a
+    };
     assert!(t::heartbeat(&mut c, &forged).await.unwrap_err().is_fenced());
     assert!(commit(&db, &forged).await.unwrap_err().is_fenced());
-    assert!(matches!(commit(&db, &a).await.unwrap(), Landed::FollowUp(_)));
+    assert!(matches!(
+        commit(&db, &a).await.unwrap(),
+        Landed::FollowUp(_)
+    ));
     t::sweep(&mut c, Duration::ZERO, 10).await.unwrap();
     facts::archive_matter(&mut c, firm_a, matter).await.unwrap();
 
     let b_after = job(&db, firm_b, matter).await;
-    assert_eq!(b_before, b_after, "firm B's row is untouched by everything done to firm A");
-    assert!(reads::runs(&mut c, firm_b, matter, 100).await.unwrap().is_empty());
-    assert!(reads::latest_frame(&mut c, firm_b, matter).await.unwrap().is_none());
-    assert!(facts::matter(&mut c, firm_b, matter).await.unwrap().unwrap().archived_at.is_none());
-    facts::request_brief(&mut c, firm_b, matter).await.expect("B's matter is live");
-    assert!(facts::request_brief(&mut c, firm_a, matter).await.is_err(), "A's matter is archived");
+    assert_eq!(
+        b_before, b_after,
+        "firm B's row is untouched by everything done to firm A"
+    );
+    assert!(
+        reads::runs(&mut c, firm_b, matter, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        reads::latest_frame(&mut c, firm_b, matter)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        facts::matter(&mut c, firm_b, matter)
+            .await
+            .unwrap()
+            .unwrap()
+            .archived_at
+            .is_none()
+    );
+    facts::request_brief(&mut c, firm_b, matter)
+        .await
+        .expect("B's matter is live");
+    assert!(
+        facts::request_brief(&mut c, firm_a, matter).await.is_err(),
+        "A's matter is archived"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,13 +635,22 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    let policy = RetryPolicy { max_attempts: 3, backoff_base: Duration::from_millis(1), backoff_max: Duration::from_millis(4) };
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(4),
+    };
     t::demand(&mut c, firm, matter).await.unwrap();
     for attempt in 1..=3 {
         // Reconcile offers the matter again once its backoff has passed...
         let mut offered = false;
         for _ in 0..200 {
-            if t::unserved(&mut c, policy.max_attempts, 100).await.unwrap().iter().any(|m| m.matter_id == matter) {
+            if t::unserved(&mut c, policy.max_attempts, 100)
+                .await
+                .unwrap()
+                .iter()
+                .any(|m| m.matter_id == matter)
+            {
                 offered = true;
                 break;
             }
@@ -399,28 +658,67 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
         }
         assert!(offered, "attempt {attempt} was not offered by reconcile");
         let claim = won(&db, firm, matter).await;
-        t::fail(&mut c, &claim, "model panel unavailable", false, &policy).await.unwrap();
-        assert_eq!(reads::run(&mut c, claim.run_id).await.unwrap().unwrap().outcome, "failed");
+        t::fail(&mut c, &claim, "model panel unavailable", false, &policy)
+            .await
+            .unwrap();
+        assert_eq!(
+            reads::run(&mut c, claim.run_id)
+                .await
+                .unwrap()
+                .unwrap()
+                .outcome,
+            "failed"
+        );
     }
     // ...but not after max_attempts consecutive failures.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(t::unserved(&mut c, policy.max_attempts, 100).await.unwrap().is_empty(), "retries must stop");
+    assert!(
+        t::unserved(&mut c, policy.max_attempts, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "retries must stop"
+    );
     let row = job(&db, firm, matter).await;
-    assert_eq!((row.run_status.as_str(), row.consecutive_failures), ("failed", 3));
-    assert!(row.unserved(), "the failure is visible on the row as unserved demand");
+    assert_eq!(
+        (row.run_status.as_str(), row.consecutive_failures),
+        ("failed", 3)
+    );
+    assert!(
+        row.unserved(),
+        "the failure is visible on the row as unserved demand"
+    );
 
     // A new demand retries it.
     t::demand(&mut c, firm, matter).await.unwrap();
-    assert_eq!(t::unserved(&mut c, policy.max_attempts, 100).await.unwrap().len(), 1);
+    assert_eq!(
+        t::unserved(&mut c, policy.max_attempts, 100)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     // A permanent failure is not retried at all.
     let claim = won(&db, firm, matter).await;
-    t::fail(&mut c, &claim, "CHECK violation", true, &policy).await.unwrap();
+    t::fail(&mut c, &claim, "CHECK violation", true, &policy)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(t::unserved(&mut c, policy.max_attempts, 100).await.unwrap().is_empty());
+    assert!(
+        t::unserved(&mut c, policy.max_attempts, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A stale token's failure is fenced and does not touch the row.
     let before = job(&db, firm, matter).await;
-    assert!(t::fail(&mut c, &claim, "late", false, &policy).await.unwrap_err().is_fenced());
+    assert!(
+        t::fail(&mut c, &claim, "late", false, &policy)
+            .await
+            .unwrap_err()
+            .is_fenced()
+    );
     assert_eq!(job(&db, firm, matter).await, before);
 }
 
@@ -431,8 +729,16 @@ async fn job_rows_cannot_be_deleted_so_tokens_never_restart() {
     let first = won(&db, firm, matter).await;
     commit(&db, &first).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
-    assert!(c.batch_execute("DELETE FROM ops.matter_frame_jobs").await.is_err());
-    assert!(c.batch_execute("TRUNCATE ops.matter_frame_jobs CASCADE").await.is_err());
+    assert!(
+        c.batch_execute("DELETE FROM ops.matter_frame_jobs")
+            .await
+            .is_err()
+    );
+    assert!(
+        c.batch_execute("TRUNCATE ops.matter_frame_jobs CASCADE")
+            .await
+            .is_err()
+    );
     let second = won(&db, firm, matter).await;
     assert!(second.token > first.token);
 }
@@ -447,7 +753,10 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         t::heartbeat(&mut c, &claim).await.expect("still current");
-        assert!(t::sweep(&mut c, lease, 10).await.unwrap().is_empty(), "a heartbeating build was swept");
+        assert!(
+            t::sweep(&mut c, lease, 10).await.unwrap().is_empty(),
+            "a heartbeating build was swept"
+        );
     }
     assert_eq!(commit(&db, &claim).await.unwrap(), Landed::Idle);
 }

@@ -44,7 +44,12 @@ fn diesel_type(udt: &str) -> String {
 fn render(cols: &[Col]) -> String {
     let mut schemas: BTreeMap<&str, BTreeMap<&str, Vec<&Col>>> = BTreeMap::new();
     for c in cols {
-        schemas.entry(&c.schema).or_default().entry(&c.table).or_default().push(c);
+        schemas
+            .entry(&c.schema)
+            .or_default()
+            .entry(&c.table)
+            .or_default()
+            .push(c);
     }
     let mut out = String::from(
         "// @generated from the migrated database by tests/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).\n\
@@ -56,16 +61,26 @@ fn render(cols: &[Col]) -> String {
             let mut pk: Vec<&&Col> = cols.iter().filter(|c| c.pk_pos > 0).collect();
             pk.sort_by_key(|c| c.pk_pos);
             let pk: Vec<&str> = pk.iter().map(|c| c.column.as_str()).collect();
-            out.push_str(&format!("    diesel::table! {{\n        {schema}.{table} ({}) {{\n", pk.join(", ")));
+            out.push_str(&format!(
+                "    diesel::table! {{\n        {schema}.{table} ({}) {{\n",
+                pk.join(", ")
+            ));
             for c in cols {
                 let ty = diesel_type(&c.udt);
-                let ty = if c.nullable { format!("Nullable<{ty}>") } else { ty };
+                let ty = if c.nullable {
+                    format!("Nullable<{ty}>")
+                } else {
+                    ty
+                };
                 out.push_str(&format!("            {} -> {ty},\n", c.column));
             }
             out.push_str("        }\n    }\n\n");
         }
         let names: Vec<&str> = tables.keys().copied().collect();
-        out.push_str(&format!("    diesel::allow_tables_to_appear_in_same_query!({},);\n}}\n", names.join(", ")));
+        out.push_str(&format!(
+            "    diesel::allow_tables_to_appear_in_same_query!({},);\n}}\n",
+            names.join(", ")
+        ));
     }
     out
 }

@@ -8,7 +8,8 @@ use crate::secret::redact_urls;
 
 /// The database name in a postgres URL, and the same URL pointed at the `postgres` database.
 pub fn split_url(url: &str) -> Result<(String, String)> {
-    let mut parsed = url::Url::parse(url).map_err(|e| Error::InvalidInput(format!("database.url: {e}")))?;
+    let mut parsed =
+        url::Url::parse(url).map_err(|e| Error::InvalidInput(format!("database.url: {e}")))?;
     let name = parsed.path().trim_start_matches('/').to_owned();
     if name.is_empty() {
         return Err(Error::InvalidInput("database.url names no database".into()));
@@ -19,7 +20,8 @@ pub fn split_url(url: &str) -> Result<(String, String)> {
 
 /// The same server, another database.
 pub fn with_database(url: &str, name: &str) -> Result<String> {
-    let mut parsed = url::Url::parse(url).map_err(|e| Error::InvalidInput(format!("database.url: {e}")))?;
+    let mut parsed =
+        url::Url::parse(url).map_err(|e| Error::InvalidInput(format!("database.url: {e}")))?;
     parsed.set_path(&format!("/{name}"));
     Ok(parsed.to_string())
 }
@@ -45,16 +47,24 @@ struct Exists {
 pub async fn create_database_if_missing(url: &str) -> Result<bool> {
     let (name, admin_url) = split_url(url)?;
     let mut conn = admin_conn(&admin_url).await?;
-    let found: Exists = diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
-        .bind::<diesel::sql_types::Text, _>(&name)
-        .get_result(&mut conn)
-        .await?;
+    let found: Exists =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
+            .bind::<diesel::sql_types::Text, _>(&name)
+            .get_result(&mut conn)
+            .await?;
     if found.exists {
         return Ok(false);
     }
-    match conn.batch_execute(&format!("CREATE DATABASE {}", quote_ident(&name))).await {
+    match conn
+        .batch_execute(&format!("CREATE DATABASE {}", quote_ident(&name)))
+        .await
+    {
         Ok(()) => Ok(true),
-        Err(diesel::result::Error::DatabaseError(_, info)) if info.message().contains("already exists") => Ok(false),
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message().contains("already exists") =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -63,8 +73,12 @@ pub async fn create_database_if_missing(url: &str) -> Result<bool> {
 pub async fn create_from_template(url: &str, name: &str, template: &str) -> Result<()> {
     let (_, admin_url) = split_url(url)?;
     let mut conn = admin_conn(&admin_url).await?;
-    conn.batch_execute(&format!("CREATE DATABASE {} TEMPLATE {}", quote_ident(name), quote_ident(template)))
-        .await?;
+    conn.batch_execute(&format!(
+        "CREATE DATABASE {} TEMPLATE {}",
+        quote_ident(name),
+        quote_ident(template)
+    ))
+    .await?;
     Ok(())
 }
 
@@ -72,7 +86,10 @@ pub async fn create_from_template(url: &str, name: &str, template: &str) -> Resu
 pub async fn drop_database(url: &str, name: &str) -> Result<()> {
     let (_, admin_url) = split_url(url)?;
     let mut conn = admin_conn(&admin_url).await?;
-    conn.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(name)))
-        .await?;
+    conn.batch_execute(&format!(
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        quote_ident(name)
+    ))
+    .await?;
     Ok(())
 }

@@ -32,7 +32,8 @@ pub async fn run_pending(url: &str) -> Result<Vec<String>> {
             })();
             let _ = tx.send(result);
         })?;
-    rx.await.map_err(|_| Error::Migration("the migration thread died".into()))?
+    rx.await
+        .map_err(|_| Error::Migration("the migration thread died".into()))?
 }
 
 /// Versions embedded in this binary that the database at `url` has not applied (readiness).
@@ -48,9 +49,13 @@ pub async fn pending(url: &str) -> Result<Vec<String>> {
                 let pending = conn
                     .pending_migrations(MIGRATIONS)
                     .map_err(|e| Error::Migration(e.to_string()))?;
-                Ok(pending.iter().map(|m| m.name().version().to_string()).collect())
+                Ok(pending
+                    .iter()
+                    .map(|m| m.name().version().to_string())
+                    .collect())
             })();
             let _ = tx.send(result);
         })?;
-    rx.await.map_err(|_| Error::Migration("the migration thread died".into()))?
+    rx.await
+        .map_err(|_| Error::Migration("the migration thread died".into()))?
 }

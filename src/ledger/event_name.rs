@@ -7,7 +7,8 @@ use std::fmt;
 use crate::error::Error;
 
 /// The rule, as stated in errors and docs.
-pub const RULE: &str = "must be a lowercase noun.verb fact: letters a-z, one dot, e.g. matter.created";
+pub const RULE: &str =
+    "must be a lowercase noun.verb fact: letters a-z, one dot, e.g. matter.created";
 
 /// A validated event name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -20,10 +21,17 @@ impl EventName {
     pub const MATTER_ARCHIVED: &'static str = "matter.archived";
 
     pub fn parse(name: &str) -> Result<Self, Error> {
-        let invalid = || Error::InvalidEventName { name: name.to_owned(), rule: RULE };
+        let invalid = || Error::InvalidEventName {
+            name: name.to_owned(),
+            rule: RULE,
+        };
         let (noun, verb) = name.split_once('.').ok_or_else(invalid)?;
         let word = |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase());
-        if word(noun) && word(verb) { Ok(Self(name.to_owned())) } else { Err(invalid()) }
+        if word(noun) && word(verb) {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(invalid())
+        }
     }
 
     pub fn as_str(&self) -> &str {
@@ -43,11 +51,25 @@ mod tests {
 
     #[test]
     fn only_lowercase_noun_verb() {
-        for bad in ["Matter.Created", "matter_created", "matter.created.now", "matter.", ".created", "", "matter.créé", "matter. created"] {
+        for bad in [
+            "Matter.Created",
+            "matter_created",
+            "matter.created.now",
+            "matter.",
+            ".created",
+            "",
+            "matter.créé",
+            "matter. created",
+        ] {
             let e = EventName::parse(bad).expect_err(bad);
             assert!(e.to_string().contains("noun.verb"), "{e}");
         }
-        for good in ["matter.created", "document.uploaded", "brief.requested", "matter.archived"] {
+        for good in [
+            "matter.created",
+            "document.uploaded",
+            "brief.requested",
+            "matter.archived",
+        ] {
             assert_eq!(EventName::parse(good).expect(good).as_str(), good);
         }
     }

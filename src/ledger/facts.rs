@@ -26,23 +26,38 @@ pub struct NewDocument {
 }
 
 fn non_empty(what: &str, s: &str) -> Result<()> {
-    if s.trim().is_empty() { Err(Error::InvalidInput(format!("{what} must not be empty"))) } else { Ok(()) }
+    if s.trim().is_empty() {
+        Err(Error::InvalidInput(format!("{what} must not be empty")))
+    } else {
+        Ok(())
+    }
 }
 
 /// Creates a matter (`matter.created`). Refuses a matter id the firm already has.
-pub async fn create_matter(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid, title: &str) -> Result<Uuid> {
+pub async fn create_matter(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    title: &str,
+) -> Result<Uuid> {
     non_empty("title", title)?;
     let event = NewEvent::new(firm_id, matter_id, EventName::MATTER_CREATED)?;
     let title = title.trim().to_owned();
     conn.transaction(async move |tx| {
         use record::matters::dsl as m;
         let inserted = diesel::insert_into(m::matters)
-            .values((m::firm_id.eq(firm_id), m::matter_id.eq(matter_id), m::title.eq(&title)))
+            .values((
+                m::firm_id.eq(firm_id),
+                m::matter_id.eq(matter_id),
+                m::title.eq(&title),
+            ))
             .on_conflict_do_nothing()
             .execute(tx)
             .await?;
         if inserted == 0 {
-            return Err(Error::InvalidInput(format!("matter {matter_id} already exists for firm {firm_id}")));
+            return Err(Error::InvalidInput(format!(
+                "matter {matter_id} already exists for firm {firm_id}"
+            )));
         }
         record_event(tx, &event).await
     })
@@ -54,7 +69,9 @@ pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Res
     non_empty("title", &doc.title)?;
     non_empty("document text", &doc.body)?;
     if doc.body.contains('\0') {
-        return Err(Error::InvalidInput("document text contains a NUL byte (is it a binary file?)".into()));
+        return Err(Error::InvalidInput(
+            "document text contains a NUL byte (is it a binary file?)".into(),
+        ));
     }
     let event = NewEvent::new(doc.firm_id, doc.matter_id, EventName::DOCUMENT_UPLOADED)?
         .payload(serde_json::json!({ "document_id": doc.document_id }));
@@ -78,7 +95,11 @@ pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Res
 }
 
 /// Asks for a fresh Brief of a live matter (`brief.requested`): the Regenerate button.
-pub async fn request_brief(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Uuid> {
+pub async fn request_brief(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Uuid> {
     let event = NewEvent::new(firm_id, matter_id, EventName::BRIEF_REQUESTED)?;
     conn.transaction(async move |tx| {
         live_matter(tx, firm_id, matter_id).await?;
@@ -109,7 +130,11 @@ pub async fn request_brief_all(conn: &mut AsyncPgConnection, firm_id: Uuid) -> R
 }
 
 /// Archives a matter (`matter.archived`): the trigger stops hearing its events.
-pub async fn archive_matter(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Uuid> {
+pub async fn archive_matter(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Uuid> {
     let event = NewEvent::new(firm_id, matter_id, EventName::MATTER_ARCHIVED)?;
     conn.transaction(async move |tx| {
         live_matter(tx, firm_id, matter_id).await?;
@@ -124,7 +149,11 @@ pub async fn archive_matter(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_
 }
 
 /// The matter, locked against a concurrent archive, if it exists and is not archived.
-async fn live_matter(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<MatterRow> {
+async fn live_matter(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<MatterRow> {
     use record::matters::dsl as m;
     let row: Option<MatterRow> = m::matters
         .filter(m::firm_id.eq(firm_id).and(m::matter_id.eq(matter_id)))
@@ -134,14 +163,22 @@ async fn live_matter(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uui
         .await
         .optional()?;
     match row {
-        None => Err(Error::NotFound(format!("matter {matter_id} of firm {firm_id}"))),
-        Some(r) if r.archived_at.is_some() => Err(Error::InvalidInput(format!("matter {matter_id} is archived"))),
+        None => Err(Error::NotFound(format!(
+            "matter {matter_id} of firm {firm_id}"
+        ))),
+        Some(r) if r.archived_at.is_some() => Err(Error::InvalidInput(format!(
+            "matter {matter_id} is archived"
+        ))),
         Some(r) => Ok(r),
     }
 }
 
 /// A matter of the record, archived or not.
-pub async fn matter(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Option<MatterRow>> {
+pub async fn matter(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Option<MatterRow>> {
     use record::matters::dsl as m;
     Ok(m::matters
         .filter(m::firm_id.eq(firm_id).and(m::matter_id.eq(matter_id)))

@@ -33,4 +33,6 @@ pub mod transitions;
 
 pub use event_name::EventName;
 pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
-pub use transitions::{ClaimOutcome, ClaimRequest, ExtraWrites, Frame, Landed, MatterRef, RetryPolicy};
+pub use transitions::{
+    ClaimOutcome, ClaimRequest, ExtraWrites, Frame, Landed, MatterRef, RetryPolicy,
+};

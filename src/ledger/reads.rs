@@ -10,7 +10,11 @@ use super::models::{FrameMeta, FrameRow, JobRow, RunRow};
 use crate::error::Result;
 use crate::schema::ops;
 
-pub async fn job(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Option<JobRow>> {
+pub async fn job(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Option<JobRow>> {
     use ops::matter_frame_jobs::dsl as j;
     Ok(j::matter_frame_jobs
         .filter(j::firm_id.eq(firm_id).and(j::matter_id.eq(matter_id)))
@@ -21,7 +25,12 @@ pub async fn job(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -
 }
 
 /// The most recent runs of a matter, newest first.
-pub async fn runs(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid, limit: i64) -> Result<Vec<RunRow>> {
+pub async fn runs(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    limit: i64,
+) -> Result<Vec<RunRow>> {
     use ops::matter_frame_runs::dsl as r;
     Ok(r::matter_frame_runs
         .filter(r::firm_id.eq(firm_id).and(r::matter_id.eq(matter_id)))
@@ -34,14 +43,29 @@ pub async fn runs(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid, 
 
 pub async fn run(conn: &mut AsyncPgConnection, run_id: Uuid) -> Result<Option<RunRow>> {
     use ops::matter_frame_runs::dsl as r;
-    Ok(r::matter_frame_runs.filter(r::run_id.eq(run_id)).select(RunRow::as_select()).first(conn).await.optional()?)
+    Ok(r::matter_frame_runs
+        .filter(r::run_id.eq(run_id))
+        .select(RunRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
 }
 
 /// The frame a token landed, if it did.
-pub async fn frame_meta(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid, token: i64) -> Result<Option<FrameMeta>> {
+pub async fn frame_meta(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    token: i64,
+) -> Result<Option<FrameMeta>> {
     use ops::matter_frames::dsl as f;
     Ok(f::matter_frames
-        .filter(f::firm_id.eq(firm_id).and(f::matter_id.eq(matter_id)).and(f::generation.eq(token)))
+        .filter(
+            f::firm_id
+                .eq(firm_id)
+                .and(f::matter_id.eq(matter_id))
+                .and(f::generation.eq(token)),
+        )
         .select(FrameMeta::as_select())
         .first(conn)
         .await
@@ -49,7 +73,11 @@ pub async fn frame_meta(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: 
 }
 
 /// The latest landed frame of a matter, with its body: the current Brief.
-pub async fn latest_frame(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Option<FrameRow>> {
+pub async fn latest_frame(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Option<FrameRow>> {
     use ops::matter_frames::dsl as f;
     Ok(f::matter_frames
         .filter(f::firm_id.eq(firm_id).and(f::matter_id.eq(matter_id)))
@@ -61,7 +89,11 @@ pub async fn latest_frame(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id
 }
 
 /// The latest landed frame's metadata.
-pub async fn latest_frame_meta(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Option<FrameMeta>> {
+pub async fn latest_frame_meta(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Option<FrameMeta>> {
     use ops::matter_frames::dsl as f;
     Ok(f::matter_frames
         .filter(f::firm_id.eq(firm_id).and(f::matter_id.eq(matter_id)))
@@ -73,7 +105,11 @@ pub async fn latest_frame_meta(conn: &mut AsyncPgConnection, firm_id: Uuid, matt
 }
 
 /// Every frame of a matter in landing order (oldest first).
-pub async fn frames(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Vec<FrameMeta>> {
+pub async fn frames(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Vec<FrameMeta>> {
     use ops::matter_frames::dsl as f;
     Ok(f::matter_frames
         .filter(f::firm_id.eq(firm_id).and(f::matter_id.eq(matter_id)))
@@ -94,9 +130,19 @@ pub struct MatterStatus {
     pub latest_frame: Option<FrameMeta>,
 }
 
-pub async fn status(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid, run_limit: i64) -> Result<MatterStatus> {
+pub async fn status(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    run_limit: i64,
+) -> Result<MatterStatus> {
     let job = job(conn, firm_id, matter_id).await?;
     let runs = runs(conn, firm_id, matter_id, run_limit).await?;
     let latest_frame = latest_frame_meta(conn, firm_id, matter_id).await?;
-    Ok(MatterStatus { unserved: job.as_ref().is_some_and(JobRow::unserved), job, runs, latest_frame })
+    Ok(MatterStatus {
+        unserved: job.as_ref().is_some_and(JobRow::unserved),
+        job,
+        runs,
+        latest_frame,
+    })
 }

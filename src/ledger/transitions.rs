@@ -95,7 +95,9 @@ impl From<&crate::config::RetrySettings> for RetryPolicy {
 /// **demand**: bump the dispenser; mid-build, leave the breadcrumb. Returns the new
 /// `requested_generation`, the number a landed frame must reach to serve this demand.
 pub async fn demand(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<i64> {
-    Ok(diesel::select(sql::demand(firm_id, matter_id)).get_result(conn).await?)
+    Ok(diesel::select(sql::demand(firm_id, matter_id))
+        .get_result(conn)
+        .await?)
 }
 
 /// **claim**: the seed's conditional upsert. `Some(claim)` is the winner's token; `None`
@@ -114,13 +116,24 @@ pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<O
     ))
     .get_result(conn)
     .await?;
-    Ok(token.map(|token| Claim { firm_id: req.firm_id, matter_id: req.matter_id, token, run_id }))
+    Ok(token.map(|token| Claim {
+        firm_id: req.firm_id,
+        matter_id: req.matter_id,
+        token,
+        run_id,
+    }))
 }
 
 /// **lost claim**: record the loser's demand on the running row. `Some(requested_generation)`
 /// when recorded; `None` when the row is no longer running (claim again).
-pub async fn record_lost_claim(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<Option<i64>> {
-    Ok(diesel::select(sql::record_lost_claim(firm_id, matter_id)).get_result(conn).await?)
+pub async fn record_lost_claim(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<Option<i64>> {
+    Ok(diesel::select(sql::record_lost_claim(firm_id, matter_id))
+        .get_result(conn)
+        .await?)
 }
 
 /// The result of [`claim_or_record`].
@@ -136,33 +149,51 @@ pub enum ClaimOutcome {
 /// **claim**, then the **lost-claim loop**: claim; if a build is running, record the demand on
 /// it; if that finds the build finished in between, claim again. Every call either wins or
 /// leaves its demand on the row: none is dropped in the window between the two statements.
-pub async fn claim_or_record(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<ClaimOutcome> {
+pub async fn claim_or_record(
+    conn: &mut AsyncPgConnection,
+    req: &ClaimRequest,
+) -> Result<ClaimOutcome> {
     // Each lap needs a build to start *and* finish between our two statements; a bound only
     // guards against a bug turning this into a spin.
     for _ in 0..1000 {
         if let Some(c) = claim(conn, req).await? {
             return Ok(ClaimOutcome::Won(c));
         }
-        if let Some(requested_generation) = record_lost_claim(conn, req.firm_id, req.matter_id).await? {
-            return Ok(ClaimOutcome::Recorded { requested_generation });
+        if let Some(requested_generation) =
+            record_lost_claim(conn, req.firm_id, req.matter_id).await?
+        {
+            return Ok(ClaimOutcome::Recorded {
+                requested_generation,
+            });
         }
     }
-    Err(Error::InvalidInput(format!("claim of matter {} did not settle after 1000 rounds", req.matter_id)))
+    Err(Error::InvalidInput(format!(
+        "claim of matter {} did not settle after 1000 rounds",
+        req.matter_id
+    )))
 }
 
 /// **heartbeat**: renew the lease, fenced by token. `Err(Fenced)`: stop building now.
 pub async fn heartbeat(conn: &mut AsyncPgConnection, claim: &Claim) -> Result<()> {
-    let current: bool = diesel::select(sql::heartbeat(claim.firm_id, claim.matter_id, claim.token, claim.run_id))
-        .get_result(conn)
-        .await?;
+    let current: bool = diesel::select(sql::heartbeat(
+        claim.firm_id,
+        claim.matter_id,
+        claim.token,
+        claim.run_id,
+    ))
+    .get_result(conn)
+    .await?;
     if current { Ok(()) } else { Err(fenced(claim)) }
 }
 
 /// Writes an embedding application adds to the fenced commit: they run inside the commit's
 /// transaction after the compare-and-swap succeeded, so they land only if the token is current
 /// and roll back with the frame otherwise.
-pub type ExtraWrites =
-    Box<dyn for<'c> FnOnce(&'c mut AsyncPgConnection, Claim) -> BoxFuture<'c, Result<()>> + Send>;
+/// It may be called more than once if a commit is retried after a transient error (each call
+/// in a fresh transaction), so it must not consume its inputs.
+pub type ExtraWrites = Box<
+    dyn for<'c> Fn(&'c mut AsyncPgConnection, Claim) -> BoxFuture<'c, Result<()>> + Send + Sync,
+>;
 
 /// What a build produced.
 pub struct Frame {
@@ -184,7 +215,10 @@ impl Frame {
 
 impl std::fmt::Debug for Frame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Frame").field("body", &self.body).field("extra", &self.extra.is_some()).finish()
+        f.debug_struct("Frame")
+            .field("body", &self.body)
+            .field("extra", &self.extra.is_some())
+            .finish()
     }
 }
 
@@ -203,7 +237,7 @@ pub enum Landed {
 /// written, and the run is recorded `fenced`. If the transaction's outcome is unknown (the
 /// connection died at COMMIT), the outcome is settled by reading the frame for this token,
 /// never by building again blindly.
-pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: Frame) -> Result<Landed> {
+pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) -> Result<Landed> {
     let mut conn = pool.get().await?;
     let next_run_id = Uuid::new_v4();
     let c = *claim;
@@ -211,10 +245,16 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: Frame) -> 
     let Frame { body, extra } = frame;
     let result = conn
         .transaction(async move |tx| {
-            let after: Option<i64> =
-                diesel::select(sql::commit_claim(c.firm_id, c.matter_id, c.token, c.run_id, next_run_id, &node))
-                    .get_result(tx)
-                    .await?;
+            let after: Option<i64> = diesel::select(sql::commit_claim(
+                c.firm_id,
+                c.matter_id,
+                c.token,
+                c.run_id,
+                next_run_id,
+                &node,
+            ))
+            .get_result(tx)
+            .await?;
             let Some(after) = after else {
                 return Err(fenced(&c));
             };
@@ -224,7 +264,7 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: Frame) -> 
                     ops::matter_frames::matter_id.eq(c.matter_id),
                     ops::matter_frames::generation.eq(c.token),
                     ops::matter_frames::run_id.eq(c.run_id),
-                    ops::matter_frames::body.eq(&body),
+                    ops::matter_frames::body.eq(body),
                 ))
                 .execute(tx)
                 .await?;
@@ -236,7 +276,10 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: Frame) -> 
         .await;
     match result {
         Err(Error::Fenced { .. }) => {
-            let why = format!("commit refused: token {} is no longer the current claim", c.token);
+            let why = format!(
+                "commit refused: token {} is no longer the current claim",
+                c.token
+            );
             record_fenced(&mut conn, c.run_id, &why).await?;
             Err(fenced(&c))
         }
@@ -244,7 +287,9 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: Frame) -> 
             drop(conn);
             // A fresh connection: the one that failed at COMMIT is gone.
             let mut fresh = pool.get().await?;
-            settle(&mut fresh, &c, next_run_id).await?.ok_or(Error::Database(e))
+            settle(&mut fresh, &c, next_run_id)
+                .await?
+                .ok_or(Error::Database(e))
         }
         other => other,
     }
@@ -256,7 +301,12 @@ fn landed_from(c: &Claim, after: i64, next_run_id: Uuid) -> Landed {
     if after == 0 {
         Landed::Idle
     } else {
-        Landed::FollowUp(Claim { firm_id: c.firm_id, matter_id: c.matter_id, token: after, run_id: next_run_id })
+        Landed::FollowUp(Claim {
+            firm_id: c.firm_id,
+            matter_id: c.matter_id,
+            token: after,
+            run_id: next_run_id,
+        })
     }
 }
 
@@ -265,14 +315,21 @@ fn outcome_unknown(e: &diesel::result::Error) -> bool {
     use diesel::result::{DatabaseErrorKind, Error as D};
     matches!(
         e,
-        D::DatabaseError(DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::Unknown, _) | D::BrokenTransactionManager
+        D::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::Unknown,
+            _
+        ) | D::BrokenTransactionManager
     )
 }
 
 /// Settles a commit whose outcome is unknown, by reading what the ledger holds for this token.
 /// `Some(landed)` if the frame is there (with the follow-up claim if the commit made one),
 /// `None` if it is not (the commit did not happen; the caller reports the original error).
-pub async fn settle(conn: &mut AsyncPgConnection, claim: &Claim, next_run_id: Uuid) -> Result<Option<Landed>> {
+pub async fn settle(
+    conn: &mut AsyncPgConnection,
+    claim: &Claim,
+    next_run_id: Uuid,
+) -> Result<Option<Landed>> {
     use diesel::{OptionalExtension, QueryDsl};
     let frame = super::reads::frame_meta(conn, claim.firm_id, claim.matter_id, claim.token).await?;
     if frame.is_none() {
@@ -320,17 +377,24 @@ pub async fn fail(
 /// **release**: a node shutting down hands its claim back, fenced by token, so another node
 /// can take the matter at once. Not counted as a failure.
 pub async fn release(conn: &mut AsyncPgConnection, claim: &Claim, reason: &str) -> Result<()> {
-    let current: bool =
-        diesel::select(sql::release_claim(claim.firm_id, claim.matter_id, claim.token, claim.run_id, bounded(reason)))
-            .get_result(conn)
-            .await?;
+    let current: bool = diesel::select(sql::release_claim(
+        claim.firm_id,
+        claim.matter_id,
+        claim.token,
+        claim.run_id,
+        bounded(reason),
+    ))
+    .get_result(conn)
+    .await?;
     if current { Ok(()) } else { Err(fenced(claim)) }
 }
 
 /// Records a run as `fenced` (its commit or heartbeat was refused). Returns whether the run
 /// was still open.
 pub async fn record_fenced(conn: &mut AsyncPgConnection, run_id: Uuid, why: &str) -> Result<bool> {
-    Ok(diesel::select(sql::record_fenced(run_id, bounded(why))).get_result(conn).await?)
+    Ok(diesel::select(sql::record_fenced(run_id, bounded(why)))
+        .get_result(conn)
+        .await?)
 }
 
 /// A matter whose claim the sweep failed, or that reconcile found unserved.
@@ -354,27 +418,53 @@ struct SweptRow {
 
 /// **sweep**: fail every running row whose lease expired (at most `limit`), closing its run as
 /// `lease_expired`. Returns the matters and the tokens that were swept, to nudge.
-pub async fn sweep(conn: &mut AsyncPgConnection, lease: Duration, limit: u32) -> Result<Vec<(MatterRef, i64)>> {
-    let rows: Vec<SweptRow> = diesel::sql_query("SELECT firm_id, matter_id, token FROM ops.sweep($1, $2)")
-        .bind::<Double, _>(lease.as_secs_f64())
-        .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
-        .load(conn)
-        .await?;
-    Ok(rows.into_iter().map(|r| (MatterRef { firm_id: r.firm_id, matter_id: r.matter_id }, r.token)).collect())
+pub async fn sweep(
+    conn: &mut AsyncPgConnection,
+    lease: Duration,
+    limit: u32,
+) -> Result<Vec<(MatterRef, i64)>> {
+    let rows: Vec<SweptRow> =
+        diesel::sql_query("SELECT firm_id, matter_id, token FROM ops.sweep($1, $2)")
+            .bind::<Double, _>(lease.as_secs_f64())
+            .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+            .load(conn)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                MatterRef {
+                    firm_id: r.firm_id,
+                    matter_id: r.matter_id,
+                },
+                r.token,
+            )
+        })
+        .collect())
 }
 
 /// **reconcile**: matters with unserved demand that nobody is building, past their backoff and
 /// below the retry limit (at most `limit`).
-pub async fn unserved(conn: &mut AsyncPgConnection, max_attempts: u32, limit: u32) -> Result<Vec<MatterRef>> {
-    Ok(diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2)")
-        .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
-        .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
-        .load(conn)
-        .await?)
+pub async fn unserved(
+    conn: &mut AsyncPgConnection,
+    max_attempts: u32,
+    limit: u32,
+) -> Result<Vec<MatterRef>> {
+    Ok(
+        diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2)")
+            .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
+            .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+            .load(conn)
+            .await?,
+    )
 }
 
 fn fenced(c: &Claim) -> Error {
-    Error::Fenced { firm_id: c.firm_id, matter_id: c.matter_id, token: c.token }
+    Error::Fenced {
+        firm_id: c.firm_id,
+        matter_id: c.matter_id,
+        token: c.token,
+    }
 }
 
 /// Run errors are for operators; a runaway stderr must not bloat the ledger.

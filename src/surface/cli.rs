@@ -14,7 +14,11 @@ use crate::error::{Error, Result};
 use crate::ledger::{facts, reads};
 
 #[derive(Debug, Parser)]
-#[command(name = "briefrail", version, about = "Keeps every matter's Brief current, fenced by tokens in Postgres")]
+#[command(
+    name = "briefrail",
+    version,
+    about = "Keeps every matter's Brief current, fenced by tokens in Postgres"
+)]
 pub struct Cli {
     /// A TOML file layered over the built-in defaults (environment BRIEFRAIL__SECTION__KEY wins over both).
     #[arg(long, global = true, value_name = "FILE")]
@@ -86,7 +90,12 @@ pub enum DocumentCommand {
         #[arg(long, value_name = "YYYY-MM-DD")]
         dated: Option<NaiveDate>,
         /// A UTF-8 text file holding the document's text.
-        #[arg(long, value_name = "PATH", conflicts_with = "text", required_unless_present = "text")]
+        #[arg(
+            long,
+            value_name = "PATH",
+            conflicts_with = "text",
+            required_unless_present = "text"
+        )]
         file: Option<PathBuf>,
         /// The document's text.
         #[arg(long, value_name = "TEXT")]
@@ -104,7 +113,12 @@ pub enum BriefCommand {
     Request {
         #[arg(long, value_name = "UUID")]
         firm: Uuid,
-        #[arg(long, value_name = "UUID", required_unless_present = "all", conflicts_with = "all")]
+        #[arg(
+            long,
+            value_name = "UUID",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
         matter: Option<Uuid>,
         #[arg(long)]
         all: bool,
@@ -114,7 +128,10 @@ pub enum BriefCommand {
 /// Exit code for an error: 2 when the input (arguments, config, ids) is wrong, 1 otherwise.
 pub fn exit_code(e: &Error) -> i32 {
     match e {
-        Error::Config(_) | Error::InvalidInput(_) | Error::InvalidEventName { .. } | Error::NotFound(_) => 2,
+        Error::Config(_)
+        | Error::InvalidInput(_)
+        | Error::InvalidEventName { .. }
+        | Error::NotFound(_) => 2,
         _ => 1,
     }
 }
@@ -145,11 +162,22 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             let event = facts::archive_matter(&mut conn, matter.firm, matter.matter).await?;
             println!("matter {} archived (event {event})", matter.matter);
         }
-        Command::Document(DocumentCommand::Add { matter, title, dated, file, text, id }) => {
+        Command::Document(DocumentCommand::Add {
+            matter,
+            title,
+            dated,
+            file,
+            text,
+            id,
+        }) => {
             let body = match (file, text) {
                 (Some(path), _) => read_text(&path)?,
                 (None, Some(t)) => t,
-                (None, None) => return Err(Error::InvalidInput("give --file PATH or --text TEXT".into())),
+                (None, None) => {
+                    return Err(Error::InvalidInput(
+                        "give --file PATH or --text TEXT".into(),
+                    ));
+                }
             };
             let doc = facts::NewDocument {
                 document_id: id.unwrap_or_else(Uuid::new_v4),
@@ -166,7 +194,10 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
         Command::Brief(BriefCommand::Request { firm, matter, all }) => {
             if all {
                 let events = facts::request_brief_all(&mut conn, firm).await?;
-                println!("brief requested for {} live matter(s) of firm {firm}", events.len());
+                println!(
+                    "brief requested for {} live matter(s) of firm {firm}",
+                    events.len()
+                );
             } else if let Some(matter) = matter {
                 let event = facts::request_brief(&mut conn, firm, matter).await?;
                 println!("brief requested for matter {matter} (event {event})");
@@ -187,9 +218,13 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
 }
 
 fn read_text(path: &std::path::Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| Error::InvalidInput(format!("--file {}: {e}", path.display())))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::InvalidInput(format!("--file {}: {e}", path.display())))?;
     String::from_utf8(bytes).map_err(|_| {
-        Error::InvalidInput(format!("--file {}: not UTF-8 text (extract a PDF's text first)", path.display()))
+        Error::InvalidInput(format!(
+            "--file {}: not UTF-8 text (extract a PDF's text first)",
+            path.display()
+        ))
     })
 }
 
@@ -203,21 +238,39 @@ pub fn render_status(s: &reads::MatterStatus) -> String {
             let _ = writeln!(
                 out,
                 "job: {} | requested {} | claimed {} | landed {} | rebuild_needed {} | failures {}",
-                j.run_status, j.requested_generation, j.claimed_generation, j.landed_generation,
-                j.rebuild_needed, j.consecutive_failures
+                j.run_status,
+                j.requested_generation,
+                j.claimed_generation,
+                j.landed_generation,
+                j.rebuild_needed,
+                j.consecutive_failures
             );
             let _ = writeln!(
                 out,
                 "     claimed_at {} | not_before {}",
-                j.claimed_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into()),
-                j.not_before.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())
+                j.claimed_at
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| "-".into()),
+                j.not_before
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| "-".into())
             );
         }
     }
-    let _ = writeln!(out, "unserved demand: {}", if s.unserved { "yes" } else { "no" });
+    let _ = writeln!(
+        out,
+        "unserved demand: {}",
+        if s.unserved { "yes" } else { "no" }
+    );
     match &s.latest_frame {
         Some(f) => {
-            let _ = writeln!(out, "latest frame: generation {} (run {}, {})", f.generation, f.run_id, f.created_at.to_rfc3339());
+            let _ = writeln!(
+                out,
+                "latest frame: generation {} (run {}, {})",
+                f.generation,
+                f.run_id,
+                f.created_at.to_rfc3339()
+            );
         }
         None => out.push_str("latest frame: none\n"),
     }
@@ -230,7 +283,10 @@ pub fn render_status(s: &reads::MatterStatus) -> String {
             r.outcome,
             r.node_id,
             r.started_at.to_rfc3339(),
-            r.error.as_deref().map(|e| format!("  error: {e}")).unwrap_or_default()
+            r.error
+                .as_deref()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default()
         );
     }
     out

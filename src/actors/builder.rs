@@ -1,0 +1,362 @@
+//! Builder actors and the pool of slots that bounds builds in flight.
+//!
+//! A matter actor takes a [`Slot`] *before* it claims, so no claim ever waits in a queue while
+//! its lease runs out. The build carries its token from claim to commit: it heartbeats every
+//! `lease.heartbeat_seconds` (fenced by token), and stops at once when a heartbeat finds the
+//! token stale, when `builder.timeout_seconds` passes, or when shutdown cancels it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::build::{BuildContext, Builder};
+use crate::db::Pool;
+use crate::error::Error;
+use crate::ledger::transitions::{self as t, Landed, RetryPolicy};
+use crate::ledger::{Claim, Frame};
+use crate::metrics::Metrics;
+
+/// What every build needs from its node.
+pub struct BuildEnv {
+    pub pool: Pool,
+    pub builder: Arc<dyn Builder>,
+    pub metrics: Arc<Metrics>,
+    pub node_id: String,
+    pub heartbeat: Duration,
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+    /// Flips to true when shutdown's grace has passed: in-flight builds are cancelled and their
+    /// claims released by token.
+    pub cancel: watch::Receiver<bool>,
+}
+
+/// `builders.concurrency` builder actors behind a fair semaphore.
+#[derive(Clone)]
+pub struct BuilderPool {
+    semaphore: Arc<Semaphore>,
+    builders: Arc<Vec<Addr<BuilderActor>>>,
+    /// Indices of idle builders; a slot takes one and gives it back when dropped.
+    free: Arc<Mutex<Vec<usize>>>,
+}
+
+/// The right to run one build on one builder actor. Dropping it frees the builder.
+pub struct Slot {
+    index: usize,
+    free: Arc<Mutex<Vec<usize>>>,
+    pub builder: Addr<BuilderActor>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The index goes back before the permit (a later field) is released.
+        if let Ok(mut free) = self.free.lock() {
+            free.push(self.index);
+        }
+    }
+}
+
+impl BuilderPool {
+    /// Starts `n` builder actors on the current arbiter.
+    pub fn start(n: usize, env: Arc<BuildEnv>) -> Self {
+        let builders: Vec<_> = (0..n)
+            .map(|_| BuilderActor { env: env.clone() }.start())
+            .collect();
+        Self {
+            semaphore: Arc::new(Semaphore::new(n)),
+            builders: Arc::new(builders),
+            free: Arc::new(Mutex::new((0..n).rev().collect())),
+        }
+    }
+
+    /// Waits for a free builder (first come, first served).
+    pub async fn acquire(&self) -> Option<Slot> {
+        let permit = self.semaphore.clone().acquire_owned().await.ok()?;
+        let index = self.free.lock().ok()?.pop()?;
+        Some(Slot {
+            index,
+            free: self.free.clone(),
+            builder: self.builders[index].clone(),
+            _permit: permit,
+        })
+    }
+
+    pub fn size(&self) -> usize {
+        self.builders.len()
+    }
+
+    /// Builds running right now.
+    pub fn busy(&self) -> usize {
+        self.size() - self.semaphore.available_permits()
+    }
+
+    /// Waits until no build is running, or `timeout` passes. Returns whether all are idle.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let all = self.size() as u32;
+        match tokio::time::timeout(timeout, self.semaphore.acquire_many(all)).await {
+            Ok(Ok(_permits)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Run this claim's build. The reply comes back as [`BuildDone`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RunBuild {
+    pub claim: Claim,
+    pub trace_id: Option<String>,
+    pub event_ids: Vec<Uuid>,
+    pub slot: Slot,
+    pub reply: Recipient<BuildDone>,
+}
+
+/// How a build ended, as the ledger saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildOutcome {
+    /// The frame landed; maybe with a follow-up claim to build at once.
+    Landed(Landed),
+    /// The token was stale (heartbeat or commit refused); nothing was written.
+    Fenced,
+    /// The build failed (error or timeout); the claim was failed by token, with backoff.
+    Failed(String),
+    /// Shutdown cancelled the build; the claim was handed back by token.
+    Released,
+    /// The ledger could not be reached to settle the claim; its lease will expire.
+    Unsettled(String),
+}
+
+/// A build finished. The slot comes back with it so a follow-up starts without queueing.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BuildDone {
+    pub claim: Claim,
+    pub outcome: BuildOutcome,
+    pub slot: Option<Slot>,
+}
+
+pub struct BuilderActor {
+    env: Arc<BuildEnv>,
+}
+
+impl Actor for BuilderActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunBuild> for BuilderActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RunBuild, ctx: &mut Context<Self>) {
+        let env = self.env.clone();
+        let RunBuild {
+            claim,
+            trace_id,
+            event_ids,
+            slot,
+            reply,
+        } = msg;
+        let span = tracing::info_span!("build", firm_id = %claim.firm_id, matter_id = %claim.matter_id,
+                                       token = claim.token, run_id = %claim.run_id, node_id = %env.node_id,
+                                       trace_id = trace_id.as_deref().unwrap_or(""));
+        let fut = async move {
+            let outcome = run_build(&env, claim, trace_id, event_ids).await;
+            // The matter actor may have gone (stopped or restarted): the slot then just drops.
+            let _ = reply.try_send(BuildDone {
+                claim,
+                outcome,
+                slot: Some(slot),
+            });
+        }
+        .instrument(span);
+        ctx.spawn(fut.into_actor(self));
+    }
+}
+
+enum Stopped {
+    Built(crate::Result<Frame>),
+    HeartbeatFenced,
+    TimedOut,
+    Cancelled,
+}
+
+/// One build, claim to settled outcome.
+pub async fn run_build(
+    env: &BuildEnv,
+    claim: Claim,
+    trace_id: Option<String>,
+    event_ids: Vec<Uuid>,
+) -> BuildOutcome {
+    let started = Instant::now();
+    Metrics::inc(&env.metrics.builds_started);
+    tracing::info!("build started");
+    let ctx = BuildContext {
+        firm_id: claim.firm_id,
+        matter_id: claim.matter_id,
+        token: claim.token,
+        run_id: claim.run_id,
+        trace_id,
+        event_ids,
+        pool: env.pool.clone(),
+    };
+    let stopped = {
+        let build = env.builder.build(&ctx);
+        tokio::pin!(build);
+        let mut cancel = env.cancel.clone();
+        tokio::select! {
+            r = &mut build => Stopped::Built(r),
+            () = heartbeat_until_fenced(&env.pool, &claim, env.heartbeat) => Stopped::HeartbeatFenced,
+            () = tokio::time::sleep(env.timeout) => Stopped::TimedOut,
+            _ = cancel.wait_for(|c| *c) => Stopped::Cancelled,
+        }
+        // Leaving this block drops the build future: a command builder's child is killed here.
+    };
+    let outcome = settle(env, &claim, stopped).await;
+    env.metrics.observe_build(started.elapsed());
+    match &outcome {
+        BuildOutcome::Landed(l) => {
+            Metrics::inc(&env.metrics.builds_landed);
+            tracing::info!(
+                follow_up = matches!(l, Landed::FollowUp(_)),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "frame landed"
+            );
+        }
+        BuildOutcome::Fenced => {
+            Metrics::inc(&env.metrics.builds_fenced);
+            tracing::warn!("fenced: the token is stale; nothing was written");
+        }
+        BuildOutcome::Failed(e) => {
+            Metrics::inc(&env.metrics.builds_failed);
+            tracing::warn!(error = %e, "build failed");
+        }
+        BuildOutcome::Released => {
+            Metrics::inc(&env.metrics.builds_released);
+            tracing::info!("claim released at shutdown");
+        }
+        BuildOutcome::Unsettled(e) => {
+            tracing::error!(error = %e, "could not settle the claim; its lease will expire")
+        }
+    }
+    outcome
+}
+
+async fn settle(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutcome {
+    match stopped {
+        Stopped::Built(Ok(frame)) => commit_with_retry(env, claim, frame).await,
+        Stopped::Built(Err(e)) => fail(env, claim, &e.to_string(), e.is_permanent()).await,
+        Stopped::HeartbeatFenced => {
+            match ledger_call(
+                env,
+                claim,
+                Close::Fenced("heartbeat found the token stale: cancelled"),
+            )
+            .await
+            {
+                Ok(()) => BuildOutcome::Fenced,
+                Err(e) => BuildOutcome::Unsettled(e.to_string()),
+            }
+        }
+        Stopped::TimedOut => {
+            let message = format!(
+                "timed out after {:.1}s (builder.timeout_seconds)",
+                env.timeout.as_secs_f64()
+            );
+            fail(env, claim, &message, false).await
+        }
+        Stopped::Cancelled => {
+            match ledger_call(env, claim, Close::Release("node shutting down")).await {
+                Ok(()) => BuildOutcome::Released,
+                Err(Error::Fenced { .. }) => BuildOutcome::Fenced,
+                Err(e) => BuildOutcome::Unsettled(e.to_string()),
+            }
+        }
+    }
+}
+
+/// The commit, retried on transient errors: the compare-and-swap makes a retry safe, and an
+/// unknown outcome is settled by reading the frame (inside [`t::commit`]).
+async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> BuildOutcome {
+    let mut delay = Duration::from_millis(100);
+    for attempt in 1..=4 {
+        match t::commit(&env.pool, claim, &env.node_id, &frame).await {
+            Ok(landed) => return BuildOutcome::Landed(landed),
+            Err(Error::Fenced { .. }) => return BuildOutcome::Fenced,
+            Err(e) if e.is_permanent() => {
+                return fail(env, claim, &format!("commit refused: {e}"), true).await;
+            }
+            Err(e) if attempt == 4 => return BuildOutcome::Unsettled(e.to_string()),
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "commit failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+async fn fail(env: &BuildEnv, claim: &Claim, message: &str, permanent: bool) -> BuildOutcome {
+    match ledger_call(env, claim, Close::Fail { message, permanent }).await {
+        Ok(()) => BuildOutcome::Failed(message.to_owned()),
+        Err(Error::Fenced { .. }) => BuildOutcome::Fenced,
+        Err(e) => BuildOutcome::Unsettled(e.to_string()),
+    }
+}
+
+/// How a claim that did not land is closed on the ledger.
+#[derive(Clone, Copy)]
+enum Close<'a> {
+    Fail { message: &'a str, permanent: bool },
+    Release(&'a str),
+    Fenced(&'a str),
+}
+
+/// Closes the claim, retrying a few times while the database is unreachable. Every call is
+/// fenced by token, so a retry can never close someone else's claim.
+async fn ledger_call(env: &BuildEnv, claim: &Claim, close: Close<'_>) -> crate::Result<()> {
+    let mut delay = Duration::from_millis(100);
+    let mut last = Error::Connection("no attempt".into());
+    for _ in 0..4 {
+        let result = match env.pool.get().await {
+            Ok(mut c) => match close {
+                Close::Fail { message, permanent } => {
+                    t::fail(&mut c, claim, message, permanent, &env.retry).await
+                }
+                Close::Release(reason) => t::release(&mut c, claim, reason).await,
+                Close::Fenced(why) => t::record_fenced(&mut c, claim.run_id, why)
+                    .await
+                    .map(|_| ()),
+            },
+            Err(e) => Err(e.into()),
+        };
+        match result {
+            Err(e @ (Error::Database(_) | Error::Connection(_))) if !e.is_permanent() => last = e,
+            other => return other,
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    Err(last)
+}
+
+/// Renews the lease every `interval`; returns only when a heartbeat finds the token stale.
+/// A heartbeat that fails for another reason (database briefly unreachable) is retried at the
+/// next tick: if the outage outlasts the lease, the next successful heartbeat reports fenced.
+async fn heartbeat_until_fenced(pool: &Pool, claim: &Claim, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let result = match pool.get().await {
+            Ok(mut c) => t::heartbeat(&mut c, claim).await,
+            Err(e) => Err(e.into()),
+        };
+        match result {
+            Ok(()) => tracing::debug!("heartbeat"),
+            Err(Error::Fenced { .. }) => return,
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The matter actor: the single in-process owner of its matter's claim.
+//!
+//! It coalesces nudges: the first starts a `trigger.debounce_ms` window that each further
+//! nudge extends, capped at `trigger.max_wait_ms` after the first, so a steady stream of
+//! uploads still produces builds. Then it takes a builder slot, checks the row for unserved
+//! demand, and runs the claim (with the lost-claim path). A won token goes to the builder; a
+//! commit that re-claimed (demands piled up mid-build) is dispatched again at once on the same
+//! slot.
+//!
+//! Interleaving is made harmless by explicit state rather than by holding the mailbox: while a
+//! cycle is in flight (`cycle_running`), nudges only add to `pending`; no second claim starts
+//! until the first cycle has ended.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use uuid::Uuid;
+
+use super::builder::{BuildDone, BuildOutcome, RunBuild, Slot};
+use super::node::NodeContext;
+use super::supervisor::{Idle, MatterKey, Nudge, Supervisor};
+use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
+use crate::ledger::{Claim, reads};
+use crate::metrics::Metrics;
+use crate::trace::Traceparent;
+
+/// Stop if there is nothing to do; replies whether it stopped.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct StopIfIdle;
+
+/// Test hook: panic inside a handler, to prove a restarted actor starts clean.
+#[doc(hidden)]
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+/// Demands waiting for the next claim.
+#[derive(Debug, Default)]
+struct Pending {
+    /// When the first of them arrived: the max-wait cap counts from here.
+    since: Option<Instant>,
+    event_ids: Vec<Uuid>,
+    traceparent: Option<String>,
+}
+
+pub struct MatterActor {
+    key: MatterKey,
+    node: Arc<NodeContext>,
+    supervisor: Addr<Supervisor>,
+    /// Nudges not yet served by a claim. Cleared when a cycle starts (it takes them).
+    pending: Option<Pending>,
+    /// The debounce timer; replaced by each nudge, cancelled when a cycle starts.
+    timer: Option<SpawnHandle>,
+    /// A cycle (slot → claim → build → commit, and follow-ups) is in flight. Only the cycle's
+    /// end clears it, so no two claims of this matter overlap in this process.
+    cycle_running: bool,
+    last_activity: Instant,
+}
+
+impl MatterActor {
+    pub fn new(key: MatterKey, node: Arc<NodeContext>, supervisor: Addr<Supervisor>) -> Self {
+        Self {
+            key,
+            node,
+            supervisor,
+            pending: None,
+            timer: None,
+            cycle_running: false,
+            last_activity: Instant::now(),
+        }
+    }
+
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        let Some(p) = &self.pending else { return };
+        let trigger = &self.node.settings.trigger;
+        let since = p.since.unwrap_or_else(Instant::now);
+        let cap = Duration::from_millis(trigger.max_wait_ms).saturating_sub(since.elapsed());
+        let delay = Duration::from_millis(trigger.debounce_ms).min(cap);
+        if let Some(h) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        self.timer = Some(ctx.run_later(delay, |act, ctx| {
+            act.timer = None;
+            act.start_cycle(ctx);
+        }));
+    }
+
+    fn start_cycle(&mut self, ctx: &mut Context<Self>) {
+        if self.cycle_running || self.pending.is_none() || *self.node.draining.borrow() {
+            return;
+        }
+        let pending = self.pending.take().unwrap_or_default();
+        self.cycle_running = true;
+        let node = self.node.clone();
+        let key = self.key;
+        let fut = async move { claim_cycle(&node, key, pending).await };
+        ctx.spawn(fut.into_actor(self).map(|started, act, ctx| match started {
+            Some((claim, slot, trace_id, event_ids)) => {
+                let builder = slot.builder.clone();
+                builder.do_send(RunBuild {
+                    claim,
+                    trace_id,
+                    event_ids,
+                    slot,
+                    reply: ctx.address().recipient(),
+                });
+            }
+            None => act.end_cycle(ctx),
+        }));
+    }
+
+    fn end_cycle(&mut self, ctx: &mut Context<Self>) {
+        self.cycle_running = false;
+        self.last_activity = Instant::now();
+        if self.pending.is_some() {
+            self.schedule(ctx);
+        }
+    }
+
+    fn idle(&self) -> bool {
+        !self.cycle_running && self.pending.is_none()
+    }
+}
+
+/// Slot, then claim. `Some` when this process won the matter; `None` when there was nothing to
+/// do, a live build elsewhere took the demand, or the ledger could not be reached (the sweeper's
+/// reconcile brings the matter back).
+async fn claim_cycle(
+    node: &NodeContext,
+    key: MatterKey,
+    pending: Pending,
+) -> Option<(Claim, Slot, Option<String>, Vec<Uuid>)> {
+    let slot = node.slots.acquire().await?;
+    if *node.draining.borrow() {
+        return None;
+    }
+    let mut conn = match node.pool.get().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "no connection for the claim");
+            return None;
+        }
+    };
+    // A nudge is a hint: claim only when the row says demand is unserved (or has no row yet).
+    match reads::job(&mut conn, key.firm_id, key.matter_id).await {
+        Ok(Some(job)) if !job.unserved() => return None,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "cannot read the job row");
+            return None;
+        }
+    }
+    let trace_id = pending
+        .traceparent
+        .as_deref()
+        .and_then(Traceparent::parse)
+        .map(|t| t.trace_id_hex());
+    let req = ClaimRequest {
+        firm_id: key.firm_id,
+        matter_id: key.matter_id,
+        lease: node.settings.lease.lease(),
+        node_id: node.node_id.clone(),
+        trace_id: trace_id.clone(),
+        event_ids: pending.event_ids.clone(),
+    };
+    match t::claim_or_record(&mut conn, &req).await {
+        Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
+        Ok(ClaimOutcome::Recorded {
+            requested_generation,
+        }) => {
+            Metrics::inc(&node.metrics.claim_conflicts);
+            tracing::debug!(firm_id = %key.firm_id, matter_id = %key.matter_id, requested_generation,
+                            "a live build holds the matter; demand recorded on it");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "claim failed");
+            None
+        }
+    }
+}
+
+impl Actor for MatterActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(usize::MAX);
+        let idle_after = Duration::from_secs_f64(self.node.settings.trigger.idle_seconds);
+        ctx.run_interval(idle_after / 2, move |act, ctx| {
+            if act.idle() && act.last_activity.elapsed() >= idle_after {
+                act.supervisor.do_send(Idle {
+                    key: act.key,
+                    addr: ctx.address(),
+                });
+            }
+        });
+    }
+}
+
+impl Handler<Nudge> for MatterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Nudge, ctx: &mut Context<Self>) {
+        Metrics::inc(&self.node.metrics.nudges_received);
+        self.last_activity = Instant::now();
+        let coalesced = self.pending.is_some() || self.cycle_running;
+        let p = self.pending.get_or_insert_with(Pending::default);
+        p.since.get_or_insert_with(Instant::now);
+        p.event_ids.extend(msg.event_ids);
+        if msg.traceparent.is_some() {
+            p.traceparent = msg.traceparent;
+        }
+        if coalesced {
+            Metrics::inc(&self.node.metrics.demands_coalesced);
+        }
+        if !self.cycle_running {
+            self.schedule(ctx);
+        }
+    }
+}
+
+impl Handler<BuildDone> for MatterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: BuildDone, ctx: &mut Context<Self>) {
+        self.last_activity = Instant::now();
+        match (msg.outcome, msg.slot) {
+            (BuildOutcome::Landed(Landed::FollowUp(next)), Some(slot)) => {
+                if *self.node.draining.borrow() {
+                    // Shutting down: hand the follow-up claim back so another node takes it now.
+                    let pool = self.node.pool.clone();
+                    let fut = async move {
+                        if let Ok(mut c) = pool.get().await {
+                            let _ = t::release(&mut c, &next, "node shutting down").await;
+                        }
+                        drop(slot);
+                    };
+                    ctx.spawn(fut.into_actor(self).map(|(), act, ctx| act.end_cycle(ctx)));
+                    return;
+                }
+                // Every demand that piled up during the build is served by this one follow-up;
+                // nudges for them that are still pending add nothing.
+                let builder = slot.builder.clone();
+                builder.do_send(RunBuild {
+                    claim: next,
+                    trace_id: None,
+                    event_ids: self.pending.take().map(|p| p.event_ids).unwrap_or_default(),
+                    slot,
+                    reply: ctx.address().recipient(),
+                });
+            }
+            _ => self.end_cycle(ctx),
+        }
+    }
+}
+
+impl Handler<StopIfIdle> for MatterActor {
+    type Result = bool;
+
+    fn handle(&mut self, _: StopIfIdle, ctx: &mut Context<Self>) -> bool {
+        if self.idle() {
+            ctx.stop();
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Handler<Crash> for MatterActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!(
+            "matter actor {} asked to crash (test hook)",
+            self.key.matter_id
+        );
+    }
+}

@@ -1,0 +1,21 @@
+//! The running node, as actix actors:
+//!
+//! ```text
+//!  nudge ─▶ Supervisor ─▶ MatterActor (one per active matter: coalesces, owns the claim)
+//!                              │  slot (BuilderPool)  ▲ BuildDone (landed / follow-up / fenced / failed)
+//!                              ▼                      │
+//!                         BuilderActor × builders.concurrency (carries token, heartbeats, commits)
+//!  Sweeper ── sweep + reconcile on the ledger ─▶ nudges
+//! ```
+//!
+//! No actor holds truth: every decision that matters is a ledger statement, so a lost message
+//! or a restarted actor delays work and never loses or corrupts it.
+
+pub mod builder;
+pub mod matter;
+pub mod node;
+pub mod supervisor;
+pub mod sweeper;
+
+pub use node::{Node, NodeContext, NodeOptions};
+pub use supervisor::{MatterKey, Nudge};

@@ -1,0 +1,131 @@
+//! The supervisor: the only place that maps matter ids to matter actors. It starts an actor on
+//! a matter's first nudge, and stops it once it has been idle for `trigger.idle_seconds`, so
+//! memory tracks active matters, not all matters. An actor that died (a panic in a handler) is
+//! replaced by a fresh one with cleared state on the next nudge: no token survives it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use uuid::Uuid;
+
+use super::matter::{MatterActor, StopIfIdle};
+use super::node::NodeContext;
+
+/// A matter, as the supervisor keys it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatterKey {
+    pub firm_id: Uuid,
+    pub matter_id: Uuid,
+}
+
+/// Go look at the ledger for this matter. Carries IDs and trace context only.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Nudge {
+    pub key: MatterKey,
+    /// The events this nudge stands for (recorded on the run that serves them).
+    pub event_ids: Vec<Uuid>,
+    pub traceparent: Option<String>,
+}
+
+impl Nudge {
+    pub fn matter(firm_id: Uuid, matter_id: Uuid) -> Self {
+        Self {
+            key: MatterKey { firm_id, matter_id },
+            event_ids: Vec::new(),
+            traceparent: None,
+        }
+    }
+}
+
+/// A matter actor reports it has been idle; the supervisor decides whether to stop it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Idle {
+    pub key: MatterKey,
+    pub addr: Addr<MatterActor>,
+}
+
+/// How many matter actors are alive now.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct ActorCount;
+
+pub struct Supervisor {
+    node: Arc<NodeContext>,
+    /// Live matter actors. An entry is removed only when its actor agreed it was idle and
+    /// stopped, or when its actor is found dead.
+    matters: HashMap<MatterKey, Addr<MatterActor>>,
+}
+
+impl Supervisor {
+    pub fn new(node: Arc<NodeContext>) -> Self {
+        Self {
+            node,
+            matters: HashMap::new(),
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(usize::MAX);
+    }
+}
+
+impl Handler<Nudge> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Nudge, ctx: &mut Context<Self>) {
+        let addr = match self.matters.get(&msg.key) {
+            Some(addr) if addr.connected() => addr.clone(),
+            found => {
+                if found.is_some() {
+                    tracing::warn!(firm_id = %msg.key.firm_id, matter_id = %msg.key.matter_id,
+                                   "matter actor died; starting a fresh one");
+                }
+                let actor = MatterActor::new(msg.key, self.node.clone(), ctx.address());
+                let addr = actor.start();
+                self.matters.insert(msg.key, addr.clone());
+                addr
+            }
+        };
+        // The matter actor's mailbox is unbounded: a nudge is never refused for lack of room.
+        addr.do_send(msg);
+    }
+}
+
+impl Handler<Idle> for Supervisor {
+    type Result = AtomicResponse<Self, ()>;
+
+    /// Atomic: while the actor is asked, no nudge is routed, so none can slip into a mailbox
+    /// that is about to close. Nudges already queued there make the actor refuse to stop.
+    fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) -> Self::Result {
+        let Idle { key, addr } = msg;
+        AtomicResponse::new(Box::pin(
+            {
+                let addr = addr.clone();
+                async move { addr.send(StopIfIdle).await.unwrap_or(true) }
+            }
+            .into_actor(self)
+            .map(move |stopped, act, _| {
+                let same = act.matters.get(&key).is_some_and(|a| a == &addr);
+                if stopped && same {
+                    act.matters.remove(&key);
+                }
+            }),
+        ))
+    }
+}
+
+impl Handler<ActorCount> for Supervisor {
+    type Result = usize;
+
+    fn handle(&mut self, _: ActorCount, _: &mut Context<Self>) -> usize {
+        self.matters.retain(|_, a| a.connected());
+        self.matters.len()
+    }
+}

@@ -1,0 +1,43 @@
+//! Builders: what turns a matter's record into a frame. An embedding application implements
+//! [`Builder`]; three ship, chosen by `builder.kind`:
+//!
+//! * [`brief::BriefBuilder`]: a real Brief from `record.documents`, deterministic.
+//! * [`command::CommandBuilder`]: an external program (an on-prem firm's model panel), context
+//!   on stdin, frame on stdout.
+//! * [`http::HttpBuilder`]: a POST of the context to `builder.url`, frame from the response.
+//!
+//! A build never writes to the ledger itself: it returns a [`Frame`], and the builder actor
+//! commits it with the token (and any [`crate::ledger::ExtraWrites`] the frame carries). A
+//! build is cancelled by dropping its future, so builders must release what they hold on drop
+//! (the command builder's child is killed on drop; the HTTP request is aborted).
+
+pub mod brief;
+pub mod command;
+pub mod context;
+pub mod http;
+
+use std::sync::Arc;
+
+use futures_util::future::LocalBoxFuture;
+
+pub use context::BuildContext;
+
+use crate::config::{BuilderKind, BuilderSettings};
+use crate::error::Result;
+pub use crate::ledger::Frame;
+
+/// Builds the frame for `(firm, matter, token)`. Runs on an actor's thread: never block it;
+/// await instead. Return [`crate::Error::Build`] with `permanent: true` for input that will fail
+/// the same way every time (it is then not retried until a new demand).
+pub trait Builder: Send + Sync + 'static {
+    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, Result<Frame>>;
+}
+
+/// The builder `builder.kind` names.
+pub fn from_settings(s: &BuilderSettings) -> Arc<dyn Builder> {
+    match s.kind {
+        BuilderKind::Brief => Arc::new(brief::BriefBuilder),
+        BuilderKind::Command => Arc::new(command::CommandBuilder::new(s.command.clone())),
+        BuilderKind::Http => Arc::new(http::HttpBuilder::new(s.url.clone())),
+    }
+}
