@@ -26,5 +26,6 @@ pub mod secret;
 pub mod surface;
 pub mod testing;
 pub mod trace;
+pub mod transport;
 
 pub use error::{Error, Result};

@@ -17,6 +17,17 @@ fn main() -> ExitCode {
         }
     };
     briefrail::surface::logging::init(&settings.log);
+    if let cli::Command::Run = args.command {
+        let settings = std::sync::Arc::new(settings);
+        let builder = briefrail::build::from_settings(&settings.builder);
+        let system = actix_rt::System::new();
+        let result = system.block_on(briefrail::surface::run::run(
+            settings,
+            builder,
+            briefrail::surface::run::termination(),
+        ));
+        return finish(result);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -27,7 +38,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(cli::execute(args.command, &settings)) {
+    finish(runtime.block_on(cli::execute(args.command, &settings)))
+}
+
+/// Exit status and the one-line reason on stderr.
+fn finish(result: briefrail::Result<()>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(

@@ -158,3 +158,7 @@ CREATE TABLE ops.consumed_events (
     consumed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, event_id)
 );
+
+-- Reconciliation scans recently published events.
+CREATE INDEX domain_event_outbox_published_at
+    ON ops.domain_event_outbox (published_at) WHERE published_at IS NOT NULL;

@@ -186,7 +186,6 @@ impl Actor for MatterActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(usize::MAX);
         let idle_after = Duration::from_secs_f64(self.node.settings.trigger.idle_seconds);
         ctx.run_interval(idle_after / 2, move |act, ctx| {
             if act.idle() && act.last_activity.elapsed() >= idle_after {

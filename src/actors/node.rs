@@ -151,12 +151,18 @@ impl Node {
 #[rtype(result = "()")]
 pub struct StopActor;
 
-impl Handler<StopActor> for Sweeper {
-    type Result = ();
-    fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
-        ctx.stop();
-    }
+/// Every actor that can be told to stop.
+macro_rules! stoppable {
+    ($($t:ty),*) => {$(
+        impl Handler<StopActor> for $t {
+            type Result = ();
+            fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
+                ctx.stop();
+            }
+        }
+    )*};
 }
+stoppable!(Sweeper, crate::transport::postgres::PgTransport);
 
 fn sweeper_actor_manual(node: Arc<NodeContext>, supervisor: Addr<Supervisor>) -> Sweeper {
     Sweeper::new(node, supervisor)

@@ -68,12 +68,9 @@ impl Supervisor {
     }
 }
 
+/// Nudges arrive with `do_send`, which ignores mailbox capacity: a burst is never refused.
 impl Actor for Supervisor {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(usize::MAX);
-    }
 }
 
 impl Handler<Nudge> for Supervisor {

@@ -26,6 +26,7 @@
 
 pub mod event_name;
 pub mod facts;
+pub mod inbox;
 pub mod models;
 pub mod outbox;
 pub mod reads;

@@ -122,3 +122,17 @@ pub struct OutboxRow {
     pub last_error: Option<String>,
     pub next_attempt_at: Option<DateTime<Utc>>,
 }
+
+impl OutboxRow {
+    /// The envelope a transport carries for this row.
+    pub fn envelope(&self) -> super::inbox::EventEnvelope {
+        super::inbox::EventEnvelope {
+            event_id: self.event_id,
+            event_name: self.event_name.clone(),
+            firm_id: self.firm_id,
+            matter_id: self.matter_id,
+            occurred_at: self.created_at,
+            traceparent: self.traceparent.clone(),
+        }
+    }
+}

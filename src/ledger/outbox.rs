@@ -71,3 +71,155 @@ pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Res
                     event_name = %event.event_name, "outbox event recorded");
     Ok(event.event_id)
 }
+
+/// The next unpublished events in sequence order, locked so that concurrent relays on other
+/// nodes skip them (`FOR UPDATE SKIP LOCKED`) instead of publishing them twice. Call inside a
+/// transaction; the locks last until it ends. Rows in backoff (`next_attempt_at` in the
+/// future, database clock) are left for later.
+///
+/// Reading "everything after the last sequence I saw" would lose an event whose transaction
+/// took an earlier sequence value but committed later; selecting by `published_at IS NULL`
+/// cannot.
+pub async fn lock_unpublished(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> Result<Vec<super::models::OutboxRow>> {
+    use ops::domain_event_outbox::dsl as o;
+    Ok(o::domain_event_outbox
+        .filter(o::published_at.is_null())
+        .filter(
+            o::next_attempt_at
+                .is_null()
+                .or(o::next_attempt_at.le(diesel::dsl::now)),
+        )
+        .order(o::seq)
+        .limit(limit)
+        .for_update()
+        .skip_locked()
+        .select(super::models::OutboxRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Marks events published (the broker confirmed them, or the embedded transport applied them).
+pub async fn mark_published(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) -> Result<usize> {
+    use ops::domain_event_outbox::dsl as o;
+    Ok(
+        diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
+            .set(o::published_at.eq(diesel::dsl::now))
+            .execute(conn)
+            .await?,
+    )
+}
+
+/// Records a failed publish: the error is kept on the row, and the row waits out an
+/// exponential backoff (database clock) before the relay tries it again.
+pub async fn mark_failed(
+    conn: &mut AsyncPgConnection,
+    event_ids: &[Uuid],
+    error: &str,
+) -> Result<usize> {
+    use ops::domain_event_outbox::dsl as o;
+    let backoff = diesel::dsl::sql::<diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>>(
+        "now() + make_interval(secs => least(60, 0.2 * power(2, least(publish_attempts, 10))))",
+    );
+    Ok(
+        diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
+            .set((
+                o::publish_attempts.eq(o::publish_attempts + 1),
+                o::last_error.eq(error),
+                o::next_attempt_at.eq(backoff),
+            ))
+            .execute(conn)
+            .await?,
+    )
+}
+
+/// Takes up to `limit` publishable events for this relay: one statement locks them
+/// (`SKIP LOCKED`, so concurrent relays on other nodes take other rows) and sets a short
+/// publishing lease in `next_attempt_at`, so no transaction is held while the broker confirms.
+/// If this relay dies before marking them, the lease runs out and another relay publishes them
+/// again: a duplicate the consumer's inbox absorbs. Returned in sequence order.
+pub async fn lease_unpublished(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+    lease: std::time::Duration,
+) -> Result<Vec<super::models::OutboxRow>> {
+    #[derive(diesel::QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        event_id: Uuid,
+    }
+    let ids: Vec<Id> = diesel::sql_query(
+        "UPDATE ops.domain_event_outbox o
+            SET next_attempt_at = now() + make_interval(secs => $2)
+          WHERE o.event_id IN (
+                SELECT event_id FROM ops.domain_event_outbox
+                 WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+                 ORDER BY seq LIMIT $1
+                   FOR UPDATE SKIP LOCKED)
+          RETURNING o.event_id",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(limit)
+    .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+    .load(conn)
+    .await?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    use ops::domain_event_outbox::dsl as o;
+    let ids: Vec<Uuid> = ids.into_iter().map(|i| i.event_id).collect();
+    Ok(o::domain_event_outbox
+        .filter(o::event_id.eq_any(&ids))
+        .order(o::seq)
+        .select(super::models::OutboxRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Reconciliation: events published more than `after` ago (but within the last `window`)
+/// that `consumer` has not consumed are made publishable again, so a message the broker
+/// dropped, a purged queue or a crashed consumer cannot strand a demand. Each event is
+/// republished at most `max_republish` times (a poison message stays in the dead-letter queue).
+/// Returns the event ids requeued.
+pub async fn requeue_unconsumed(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    event_names: &[&str],
+    after: std::time::Duration,
+    window: std::time::Duration,
+    max_republish: i32,
+    limit: i64,
+) -> Result<Vec<Uuid>> {
+    #[derive(diesel::QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        event_id: Uuid,
+    }
+    let names: Vec<String> = event_names.iter().map(|s| s.to_string()).collect();
+    let rows: Vec<Id> = diesel::sql_query(
+        "UPDATE ops.domain_event_outbox o
+            SET published_at = NULL, next_attempt_at = NULL, publish_attempts = o.publish_attempts + 1,
+                last_error = 'republished: not consumed within reconcile.after_seconds'
+          WHERE o.event_id IN (
+                SELECT e.event_id FROM ops.domain_event_outbox e
+                 WHERE e.published_at < now() - make_interval(secs => $2)
+                   AND e.published_at > now() - make_interval(secs => $3)
+                   AND e.event_name = ANY($4)
+                   AND e.publish_attempts < $5
+                   AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
+                                    WHERE c.consumer = $1 AND c.event_id = e.event_id)
+                 ORDER BY e.seq LIMIT $6
+                   FOR UPDATE SKIP LOCKED)
+          RETURNING o.event_id",
+    )
+    .bind::<diesel::sql_types::Text, _>(consumer)
+    .bind::<diesel::sql_types::Double, _>(after.as_secs_f64())
+    .bind::<diesel::sql_types::Double, _>(window.as_secs_f64())
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(&names)
+    .bind::<diesel::sql_types::Integer, _>(max_republish)
+    .bind::<diesel::sql_types::BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.event_id).collect())
+}

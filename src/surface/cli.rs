@@ -32,6 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Create the database if it does not exist and apply pending migrations (idempotent).
     Migrate,
+    /// Run a node: claim, build and commit Briefs until SIGTERM or Ctrl-C.
+    Run,
     /// Matters of the record.
     #[command(subcommand)]
     Matter(MatterCommand),
@@ -154,6 +156,11 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
     let mut conn = pool.get().await?;
     match command {
         Command::Migrate => unreachable!("handled above"),
+        Command::Run => {
+            return Err(Error::InvalidInput(
+                "`run` needs the actor system: call surface::run::run".into(),
+            ));
+        }
         Command::Matter(MatterCommand::Create { matter, title }) => {
             let event = facts::create_matter(&mut conn, matter.firm, matter.matter, &title).await?;
             println!("matter {} created (event {event})", matter.matter);

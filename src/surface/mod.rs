@@ -2,3 +2,4 @@
 
 pub mod cli;
 pub mod logging;
+pub mod run;

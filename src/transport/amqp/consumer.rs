@@ -1,0 +1,210 @@
+//! The Brief rail's trigger, consuming from its quorum queue with manual acks and a bounded
+//! prefetch. Per delivery: one transaction records `(consumer, event_id)`, checks the gates
+//! and records the demand; the ack follows the commit; then the matter actor is nudged.
+//!
+//! A malformed or unknown message is copied to the dead-letter exchange with the reason in a
+//! header, then acked: the consumer carries on. A database failure leads to a requeue after a
+//! backoff (the quorum queue's delivery limit eventually dead-letters it; reconciliation from
+//! Postgres still serves the matter): never a lost message, never a crash.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Confirmation};
+
+use super::{AmqpOptions, broker, connect, message};
+use crate::actors::Nudge;
+use crate::actors::supervisor::{MatterKey, Supervisor};
+use crate::error::{Error, Result};
+use crate::ledger::inbox::{self, Applied, BRIEF_RAIL, EventEnvelope};
+use crate::metrics::Metrics;
+
+pub struct TriggerConsumer {
+    opts: AmqpOptions,
+    supervisor: Addr<Supervisor>,
+}
+
+impl TriggerConsumer {
+    pub fn new(opts: AmqpOptions, supervisor: Addr<Supervisor>) -> Self {
+        Self { opts, supervisor }
+    }
+}
+
+impl Actor for TriggerConsumer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let (opts, supervisor) = (self.opts.clone(), self.supervisor.clone());
+        ctx.spawn(
+            async move {
+                let mut backoff = Duration::from_millis(200);
+                loop {
+                    let started = Instant::now();
+                    if let Err(e) = session(&opts, &supervisor).await {
+                        tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "consumer: session ended");
+                    }
+                    if started.elapsed() > Duration::from_secs(30) {
+                        backoff = Duration::from_millis(200);
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+impl Handler<crate::actors::node::StopActor> for TriggerConsumer {
+    type Result = ();
+    fn handle(&mut self, _: crate::actors::node::StopActor, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()> {
+    let conn = connect(&opts.url, &format!("briefrail-{}-trigger", opts.node_id)).await?;
+    let ch = conn.create_channel().await.map_err(broker)?;
+    let dead = conn.create_channel().await.map_err(broker)?;
+    dead.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(broker)?;
+    // Declared again: a broker that lost its state (or a purged definition) is repaired here.
+    opts.topology.declare(&ch).await?;
+    ch.basic_qos(opts.prefetch, BasicQosOptions::default())
+        .await
+        .map_err(broker)?;
+    let mut deliveries = ch
+        .basic_consume(
+            opts.topology.trigger_queue.as_str().into(),
+            format!("briefrail-{}", opts.node_id).into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(broker)?;
+    tracing::info!(queue = %opts.topology.trigger_queue, "trigger consuming");
+    while let Some(delivery) = deliveries.next().await {
+        handle(opts, supervisor, &dead, delivery.map_err(broker)?).await?;
+    }
+    Err(Error::Broker("the consumer was cancelled".into()))
+}
+
+/// One delivery, acked only once its effect (or its dead-lettering) is durable.
+async fn handle(
+    opts: &AmqpOptions,
+    supervisor: &Addr<Supervisor>,
+    dead: &Channel,
+    d: Delivery,
+) -> Result<()> {
+    let envelope = match message::decode(&d.data, &d.properties)
+        .and_then(|e| inbox::check_heard(&e.event_name).map(|()| e))
+    {
+        Ok(e) => e,
+        Err(reason) => return dead_letter(opts, dead, &d, &reason.to_string()).await,
+    };
+    let span = tracing::info_span!("consume", event_id = %envelope.event_id, event_name = %envelope.event_name,
+                                   firm_id = %envelope.firm_id, matter_id = %envelope.matter_id,
+                                   traceparent = envelope.traceparent.as_deref().unwrap_or(""));
+    let _enter = span.enter();
+    match apply(opts, &envelope).await {
+        Ok(applied) => {
+            d.acker
+                .ack(BasicAckOptions::default())
+                .await
+                .map_err(broker)?;
+            match applied {
+                Applied::Demand {
+                    requested_generation,
+                } => {
+                    Metrics::inc(&opts.metrics.events_consumed);
+                    tracing::debug!(requested_generation, "demand recorded");
+                    supervisor.do_send(Nudge {
+                        key: MatterKey {
+                            firm_id: envelope.firm_id,
+                            matter_id: envelope.matter_id,
+                        },
+                        event_ids: vec![envelope.event_id],
+                        traceparent: envelope.traceparent.clone(),
+                    });
+                }
+                Applied::Duplicate => {
+                    Metrics::inc(&opts.metrics.events_duplicate);
+                    tracing::debug!("duplicate delivery: no second effect");
+                }
+                Applied::Gated(reason) => tracing::info!(%reason, "gated"),
+            }
+            Ok(())
+        }
+        Err(e) if e.is_permanent() => dead_letter(opts, dead, &d, &e.to_string()).await,
+        Err(e) => {
+            // The database is unreachable: back off, then give the message back. Backing off
+            // before the nack keeps a down database from turning into a redelivery storm.
+            tracing::warn!(error = %e, "cannot record the demand; requeueing");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            d.acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
+                .map_err(broker)?;
+            Ok(())
+        }
+    }
+}
+
+async fn apply(opts: &AmqpOptions, e: &EventEnvelope) -> Result<Applied> {
+    let mut c = opts.pool.get().await?;
+    inbox::apply(&mut c, BRIEF_RAIL, e).await
+}
+
+/// Copies the message to the dead-letter exchange with the reason in a header, waits for the
+/// broker's confirm, then acks the original.
+async fn dead_letter(opts: &AmqpOptions, dead: &Channel, d: &Delivery, reason: &str) -> Result<()> {
+    tracing::warn!(%reason, routing_key = %d.routing_key, bytes = d.data.len(), "dead-lettering a message");
+    let mut headers = d.properties.headers().clone().unwrap_or_default();
+    headers.insert(message::REASON.into(), AMQPValue::LongString(reason.into()));
+    headers.insert(
+        "x-briefrail-routing-key".into(),
+        AMQPValue::LongString(d.routing_key.as_str().into()),
+    );
+    let props = d.properties.clone().with_headers(headers);
+    let confirm = dead
+        .basic_publish(
+            opts.topology.dead_exchange.as_str().into(),
+            "".into(),
+            BasicPublishOptions::default(),
+            &d.data,
+            props,
+        )
+        .await
+        .map_err(broker)?
+        .await
+        .map_err(broker)?;
+    if !matches!(confirm, Confirmation::Ack(None)) {
+        d.acker
+            .nack(BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(broker)?;
+        return Err(Error::Broker(
+            "the dead-letter exchange refused the message".into(),
+        ));
+    }
+    d.acker
+        .ack(BasicAckOptions::default())
+        .await
+        .map_err(broker)?;
+    Metrics::inc(&opts.metrics.dead_lettered);
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! The wire format of a nudge: a small JSON envelope (IDs, name, time) and the W3C
+//! `traceparent` as an AMQP header. Nothing from a document ever travels.
+
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+
+use crate::error::{Error, Result};
+use crate::ledger::inbox::EventEnvelope;
+
+/// Largest body a consumer accepts; a nudge is ~250 bytes.
+pub const MAX_BODY: usize = 16 * 1024;
+pub const TRACEPARENT: &str = "traceparent";
+/// Header a dead-lettered message carries: why it was refused.
+pub const REASON: &str = "x-briefrail-reason";
+
+/// The body and properties to publish for an event.
+pub fn encode(e: &EventEnvelope) -> (Vec<u8>, BasicProperties) {
+    let body = serde_json::json!({
+        "event_id": e.event_id,
+        "event_name": e.event_name,
+        "firm_id": e.firm_id,
+        "matter_id": e.matter_id,
+        "occurred_at": e.occurred_at,
+    });
+    let mut headers = FieldTable::default();
+    if let Some(tp) = &e.traceparent {
+        headers.insert(
+            TRACEPARENT.into(),
+            AMQPValue::LongString(tp.as_str().into()),
+        );
+    }
+    let props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_message_id(e.event_id.to_string().into())
+        .with_timestamp(e.occurred_at.timestamp().max(0) as u64)
+        .with_headers(headers);
+    (serde_json::to_vec(&body).unwrap_or_default(), props)
+}
+
+/// Parses a delivery. Every refusal says why, for the dead-letter header.
+pub fn decode(data: &[u8], props: &BasicProperties) -> Result<EventEnvelope> {
+    if data.len() > MAX_BODY {
+        return Err(Error::InvalidInput(format!(
+            "body of {} bytes exceeds the {MAX_BODY}-byte limit of a nudge",
+            data.len()
+        )));
+    }
+    #[derive(serde::Deserialize)]
+    struct Wire {
+        event_id: uuid::Uuid,
+        event_name: String,
+        firm_id: uuid::Uuid,
+        matter_id: uuid::Uuid,
+        occurred_at: chrono::DateTime<chrono::Utc>,
+    }
+    let w: Wire = serde_json::from_slice(data)
+        .map_err(|e| Error::InvalidInput(format!("not a nudge: {e}")))?;
+    let traceparent = props
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(TRACEPARENT))
+        .and_then(|v| match v {
+            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
+            AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+            _ => None,
+        });
+    Ok(EventEnvelope {
+        event_id: w.event_id,
+        event_name: w.event_name,
+        firm_id: w.firm_id,
+        matter_id: w.matter_id,
+        occurred_at: w.occurred_at,
+        traceparent: traceparent.filter(|t| crate::trace::Traceparent::parse(t).is_some()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let e = EventEnvelope {
+            event_id: uuid::Uuid::new_v4(),
+            event_name: "document.uploaded".into(),
+            firm_id: uuid::Uuid::new_v4(),
+            matter_id: uuid::Uuid::new_v4(),
+            occurred_at: chrono::Utc::now(),
+            traceparent: Some(crate::trace::Traceparent::new_root().to_string()),
+        };
+        let (body, props) = encode(&e);
+        assert_eq!(decode(&body, &props).unwrap(), e);
+        assert!(
+            decode(b"not json", &props)
+                .unwrap_err()
+                .to_string()
+                .contains("not a nudge")
+        );
+        assert!(
+            decode(br#"{"event_name":"x.y"}"#, &props)
+                .unwrap_err()
+                .to_string()
+                .contains("event_id")
+        );
+        assert!(
+            decode(&vec![b' '; MAX_BODY + 1], &props)
+                .unwrap_err()
+                .to_string()
+                .contains("exceeds")
+        );
+    }
+}

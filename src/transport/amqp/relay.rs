@@ -1,0 +1,196 @@
+//! The relay: drains `ops.domain_event_outbox` to the broker.
+//!
+//! Each batch is taken with one statement that locks rows with `SKIP LOCKED` and sets a short
+//! publishing lease, so several nodes relay at once without publishing the same row twice in
+//! normal operation, and no transaction is held while the broker confirms. Messages are
+//! persistent and `mandatory`, with publisher confirms; a row is marked published only after
+//! its confirm. A row that cannot be published keeps its last error and waits out a backoff.
+//! The relay wakes on the outbox NOTIFY (milliseconds after a fact commits) and polls every
+//! `relay.poll_ms` as the fallback; while the broker is down it backs off and reconnects.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures_util::StreamExt;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{Channel, Confirmation};
+
+use super::{AmqpOptions, broker, connect, message};
+use crate::error::{Error, Result};
+use crate::ledger::inbox::{BRIEF_RAIL, HEARD};
+use crate::ledger::outbox;
+use crate::metrics::Metrics;
+use crate::transport::postgres::CHANNEL;
+
+/// How long a relay may hold rows it is publishing before another relay may take them.
+pub const PUBLISH_LEASE: Duration = Duration::from_secs(30);
+
+pub struct Relay {
+    opts: AmqpOptions,
+}
+
+impl Relay {
+    pub fn new(opts: AmqpOptions) -> Self {
+        Self { opts }
+    }
+}
+
+impl Actor for Relay {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let opts = self.opts.clone();
+        ctx.spawn(
+            async move {
+                let mut backoff = Duration::from_millis(200);
+                loop {
+                    let started = Instant::now();
+                    if let Err(e) = session(&opts).await {
+                        tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "relay: session ended");
+                    }
+                    if started.elapsed() > Duration::from_secs(30) {
+                        backoff = Duration::from_millis(200);
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+/// One connection's worth of relaying; returns on any broker or listener failure.
+async fn session(opts: &AmqpOptions) -> Result<()> {
+    let conn = connect(&opts.url, &format!("briefrail-{}-relay", opts.node_id)).await?;
+    let ch = conn.create_channel().await.map_err(broker)?;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(broker)?;
+    let mut listener = AsyncPgConnection::establish(opts.db_url.expose())
+        .await
+        .map_err(|e| Error::Connection(crate::secret::redact_urls(&e.to_string())))?;
+    diesel::sql_query(format!("LISTEN {CHANNEL}"))
+        .execute(&mut listener)
+        .await?;
+    let mut notifications = std::pin::pin!(listener.notifications_stream());
+    tracing::info!("relay connected");
+    let mut last_reconcile = Instant::now();
+    loop {
+        while publish_batch(&ch, opts).await? == opts.relay_batch as usize {}
+        if last_reconcile.elapsed() >= opts.reconcile_after / 2 {
+            reconcile(opts).await?;
+            last_reconcile = Instant::now();
+        }
+        tokio::select! {
+            n = notifications.next() => if let Some(Err(e)) = n { return Err(e.into()) },
+            () = tokio::time::sleep(opts.relay_poll) => {}
+        }
+        if !conn.status().connected() {
+            return Err(Error::Broker("connection lost".into()));
+        }
+    }
+}
+
+/// Publishes one batch with confirms. Returns how many rows it took.
+pub async fn publish_batch(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
+    let rows = {
+        let mut c = opts.pool.get().await?;
+        outbox::lease_unpublished(&mut c, opts.relay_batch, PUBLISH_LEASE).await?
+    };
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut pending = Vec::with_capacity(rows.len());
+    let mut broken = None;
+    for row in &rows {
+        let (body, props) = message::encode(&row.envelope());
+        match ch
+            .basic_publish(
+                opts.topology.events_exchange.as_str().into(),
+                row.event_name.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                &body,
+                props,
+            )
+            .await
+        {
+            Ok(confirm) => pending.push((row.event_id, confirm)),
+            Err(e) => {
+                broken = Some(broker(e));
+                break;
+            }
+        }
+    }
+    let mut published = Vec::new();
+    let mut failed: Vec<(uuid::Uuid, String)> = Vec::new();
+    for (id, confirm) in pending {
+        match confirm.await {
+            Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => published.push(id),
+            Ok(Confirmation::Ack(Some(ret))) => {
+                failed.push((id, format!("returned unroutable: {}", ret.reply_text)))
+            }
+            Ok(Confirmation::Nack(_)) => failed.push((id, "nacked by the broker".into())),
+            Err(e) => failed.push((id, broker(e).to_string())),
+        }
+    }
+    if let Some(e) = &broken {
+        let done: Vec<_> = published
+            .iter()
+            .chain(failed.iter().map(|(i, _)| i))
+            .copied()
+            .collect();
+        failed.extend(
+            rows.iter()
+                .filter(|r| !done.contains(&r.event_id))
+                .map(|r| (r.event_id, e.to_string())),
+        );
+    }
+    let mut c = opts.pool.get().await?;
+    if !published.is_empty() {
+        outbox::mark_published(&mut c, &published).await?;
+        for _ in &published {
+            Metrics::inc(&opts.metrics.events_published);
+        }
+    }
+    for (id, error) in &failed {
+        tracing::warn!(event_id = %id, %error, "publish failed; will retry with backoff");
+        outbox::mark_failed(&mut c, &[*id], error).await?;
+    }
+    match broken {
+        Some(e) => Err(e),
+        None => Ok(rows.len()),
+    }
+}
+
+/// Republishes events the trigger has not consumed `reconcile.after_seconds` after they were
+/// published (a dropped message, a purged queue, a crashed consumer).
+pub async fn reconcile(opts: &AmqpOptions) -> Result<usize> {
+    let mut c = opts.pool.get().await?;
+    let ids = outbox::requeue_unconsumed(
+        &mut c,
+        BRIEF_RAIL,
+        &HEARD,
+        opts.reconcile_after,
+        opts.reconcile_after * 20,
+        1000,
+        1000,
+    )
+    .await?;
+    for id in &ids {
+        Metrics::inc(&opts.metrics.events_republished);
+        tracing::info!(event_id = %id, "reconcile: not consumed in time; republishing");
+    }
+    Ok(ids.len())
+}
+
+impl Handler<crate::actors::node::StopActor> for Relay {
+    type Result = ();
+    fn handle(&mut self, _: crate::actors::node::StopActor, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

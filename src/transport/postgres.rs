@@ -1,0 +1,140 @@
+//! The embedded transport (`transport.kind = "postgres"`): the outbox is drained straight into
+//! the trigger, inside one transaction per batch: lock unpublished rows, apply each through the
+//! inbox (same consumer path and dedupe as the broker's), mark them published, commit, then
+//! nudge. It wakes on the `briefrail_outbox` NOTIFY that an outbox insert sends at commit, and
+//! polls every `relay.poll_ms` in case a notification was missed (a dropped listener).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures_util::StreamExt;
+
+use crate::actors::{Nudge, supervisor::MatterKey, supervisor::Supervisor};
+use crate::db::Pool;
+use crate::error::{Error, Result};
+use crate::ledger::inbox::{self, Applied, BRIEF_RAIL};
+use crate::ledger::outbox;
+use crate::metrics::Metrics;
+use crate::secret::SecretUrl;
+
+pub const CHANNEL: &str = "briefrail_outbox";
+
+#[derive(Clone)]
+pub struct PgTransportOptions {
+    pub url: SecretUrl,
+    pub pool: Pool,
+    pub poll: Duration,
+    pub batch: i64,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The embedded transport's actor: its only job is the listen-and-drain loop.
+pub struct PgTransport {
+    opts: PgTransportOptions,
+    supervisor: Addr<Supervisor>,
+}
+
+impl PgTransport {
+    pub fn new(opts: PgTransportOptions, supervisor: Addr<Supervisor>) -> Self {
+        Self { opts, supervisor }
+    }
+}
+
+impl Actor for PgTransport {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let (opts, supervisor) = (self.opts.clone(), self.supervisor.clone());
+        ctx.spawn(listen_loop(opts, supervisor).into_actor(self));
+    }
+}
+
+async fn listen_loop(opts: PgTransportOptions, supervisor: Addr<Supervisor>) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match listen(&opts, &supervisor).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "embedded transport: listener lost");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Result<()> {
+    let mut conn = AsyncPgConnection::establish(opts.url.expose())
+        .await
+        .map_err(|e| Error::Connection(crate::secret::redact_urls(&e.to_string())))?;
+    diesel::sql_query(format!("LISTEN {CHANNEL}"))
+        .execute(&mut conn)
+        .await?;
+    let mut notifications = std::pin::pin!(conn.notifications_stream());
+    loop {
+        // Drain everything that is there now, then wait for a notification or the poll.
+        loop {
+            let n = drain_once(opts, supervisor).await?;
+            if n < opts.batch as usize {
+                break;
+            }
+        }
+        tokio::select! {
+            n = notifications.next() => match n {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(Error::Connection("notification stream ended".into())),
+            },
+            () = tokio::time::sleep(opts.poll) => {}
+        }
+    }
+}
+
+/// One batch: apply up to `batch` unpublished events through the inbox and mark them
+/// published, in one transaction; then nudge. Returns how many rows it took.
+pub async fn drain_once(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Result<usize> {
+    let mut conn = opts.pool.get().await?;
+    let batch = opts.batch;
+    let (taken, nudges, duplicates) = conn
+        .transaction(async move |tx| {
+            let rows = outbox::lock_unpublished(tx, batch).await?;
+            let mut nudges = Vec::new();
+            let mut duplicates = 0u64;
+            for row in &rows {
+                let envelope = row.envelope();
+                match inbox::apply(tx, BRIEF_RAIL, &envelope).await {
+                    Ok(Applied::Demand { .. }) => nudges.push(Nudge {
+                        key: MatterKey {
+                            firm_id: row.firm_id,
+                            matter_id: row.matter_id,
+                        },
+                        event_ids: vec![row.event_id],
+                        traceparent: row.traceparent.clone(),
+                    }),
+                    Ok(Applied::Duplicate) => duplicates += 1,
+                    Ok(Applied::Gated(reason)) => {
+                        tracing::debug!(event_id = %row.event_id, %reason, "gated")
+                    }
+                    // Facts the rail does not hear (matter.archived) are published and ignored.
+                    Err(e) if e.is_permanent() => {
+                        tracing::debug!(event_id = %row.event_id, error = %e, "not heard")
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let ids: Vec<_> = rows.iter().map(|r| r.event_id).collect();
+            outbox::mark_published(tx, &ids).await?;
+            Ok::<_, Error>((rows.len(), nudges, duplicates))
+        })
+        .await?;
+    for _ in 0..duplicates {
+        Metrics::inc(&opts.metrics.events_duplicate);
+    }
+    for nudge in nudges {
+        Metrics::inc(&opts.metrics.events_consumed);
+        supervisor.do_send(nudge);
+    }
+    Ok(taken)
+}
