@@ -250,7 +250,12 @@ async fn twenty_demands_during_a_build_cost_exactly_one_follow_up() {
     let row = job(&db, firm, matter).await;
     assert!(!row.unserved(), "{row:?}");
     let mut c = db.pool.get().await.unwrap();
-    assert!(t::unserved(&mut c, 5, 100).await.unwrap().is_empty());
+    assert!(
+        t::unserved(&mut c, 5, 100, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let runs = reads::runs(&mut c, firm, matter, 100).await.unwrap();
     assert_eq!(
         runs.len(),
@@ -645,7 +650,7 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
         // Reconcile offers the matter again once its backoff has passed...
         let mut offered = false;
         for _ in 0..200 {
-            if t::unserved(&mut c, policy.max_attempts, 100)
+            if t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
                 .await
                 .unwrap()
                 .iter()
@@ -673,7 +678,7 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     // ...but not after max_attempts consecutive failures.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(
-        t::unserved(&mut c, policy.max_attempts, 100)
+        t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
             .await
             .unwrap()
             .is_empty(),
@@ -692,7 +697,7 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     // A new demand retries it.
     t::demand(&mut c, firm, matter).await.unwrap();
     assert_eq!(
-        t::unserved(&mut c, policy.max_attempts, 100)
+        t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
             .await
             .unwrap()
             .len(),
@@ -706,7 +711,7 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(
-        t::unserved(&mut c, policy.max_attempts, 100)
+        t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
             .await
             .unwrap()
             .is_empty()

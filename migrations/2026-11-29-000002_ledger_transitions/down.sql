@@ -1,4 +1,4 @@
-DROP FUNCTION ops.unserved(integer, integer);
+DROP FUNCTION ops.unserved(integer, integer, double precision);
 DROP FUNCTION ops.sweep(double precision, integer);
 DROP FUNCTION ops.record_fenced(uuid, text);
 DROP FUNCTION ops.release_claim(uuid, uuid, bigint, uuid, text);

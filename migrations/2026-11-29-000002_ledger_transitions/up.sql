@@ -229,8 +229,10 @@ RETURNS TABLE (firm_id uuid, matter_id uuid, token bigint) LANGUAGE sql VOLATILE
 $$;
 
 -- reconcile: matters with unserved demand that nobody is building, past their backoff and
--- below the retry limit. Nudging them is what makes a dropped nudge harmless.
-CREATE FUNCTION ops.unserved(p_max_attempts integer, p_limit integer)
+-- below the retry limit, and quiet for p_quiet_secs (a demand whose own nudge is on its way is
+-- left to it, so a sweeper on another node does not race it into a needless follow-up).
+-- Nudging them is what makes a dropped nudge harmless.
+CREATE FUNCTION ops.unserved(p_max_attempts integer, p_limit integer, p_quiet_secs double precision)
 RETURNS TABLE (firm_id uuid, matter_id uuid) LANGUAGE sql STABLE AS $$
     SELECT j.firm_id, j.matter_id
       FROM ops.matter_frame_jobs j
@@ -238,6 +240,7 @@ RETURNS TABLE (firm_id uuid, matter_id uuid) LANGUAGE sql STABLE AS $$
        AND j.run_status <> 'running'
        AND (j.not_before IS NULL OR j.not_before <= now())
        AND j.consecutive_failures < p_max_attempts
+       AND j.updated_at <= now() - make_interval(secs => p_quiet_secs)
      ORDER BY j.not_before NULLS FIRST
      LIMIT p_limit
 $$;

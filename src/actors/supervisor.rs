@@ -126,3 +126,16 @@ impl Handler<ActorCount> for Supervisor {
         self.matters.len()
     }
 }
+
+/// The matter actor serving a key, if one is alive (operators' tooling and tests).
+#[derive(Message)]
+#[rtype(result = "Option<Addr<MatterActor>>")]
+pub struct Lookup(pub MatterKey);
+
+impl Handler<Lookup> for Supervisor {
+    type Result = Option<Addr<MatterActor>>;
+
+    fn handle(&mut self, msg: Lookup, _: &mut Context<Self>) -> Self::Result {
+        self.matters.get(&msg.0).filter(|a| a.connected()).cloned()
+    }
+}

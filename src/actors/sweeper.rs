@@ -51,7 +51,11 @@ impl Sweeper {
             Metrics::inc(&node.metrics.builds_lease_expired);
             tracing::warn!(firm_id = %m.firm_id, matter_id = %m.matter_id, token, "lease expired; claim failed by the sweep");
         }
-        let unserved = t::unserved(&mut conn, node.settings.retry.max_attempts, batch).await?;
+        // A fresh demand's own nudge is on its way: leave it a debounce cap and a second.
+        let quiet =
+            Duration::from_millis(node.settings.trigger.max_wait_ms) + Duration::from_secs(1);
+        let unserved =
+            t::unserved(&mut conn, node.settings.retry.max_attempts, batch, quiet).await?;
         drop(conn);
         for m in expired.iter().map(|(m, _)| m).chain(unserved.iter()) {
             supervisor.do_send(Nudge::matter(m.firm_id, m.matter_id));

@@ -444,16 +444,18 @@ pub async fn sweep(
 }
 
 /// **reconcile**: matters with unserved demand that nobody is building, past their backoff and
-/// below the retry limit (at most `limit`).
+/// below the retry limit, untouched for `quiet` (at most `limit`).
 pub async fn unserved(
     conn: &mut AsyncPgConnection,
     max_attempts: u32,
     limit: u32,
+    quiet: Duration,
 ) -> Result<Vec<MatterRef>> {
     Ok(
-        diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2)")
+        diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2, $3)")
             .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
             .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+            .bind::<Double, _>(quiet.as_secs_f64())
             .load(conn)
             .await?,
     )

@@ -1,0 +1,422 @@
+//! The actor runtime in-process, against a real Postgres: zombies fenced across two nodes,
+//! coalescing, heartbeats, memory that tracks active matters, restarts with cleared state.
+//! Waiting is on ledger conditions (polled), never on a sleep that merely happens to pass.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use briefrail::actors::supervisor::Lookup;
+use briefrail::actors::{MatterKey, Node, NodeOptions, Nudge};
+use briefrail::build::{BuildContext, Builder};
+use briefrail::config::Settings;
+use briefrail::ledger::transitions as t;
+use briefrail::ledger::{Frame, reads};
+use briefrail::testing::TestDb;
+use briefrail::trace::Traceparent;
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
+use serde_json::json;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// A builder that waits for its gate to open, then takes `delay`; counts builds.
+struct Gate {
+    open: watch::Receiver<bool>,
+    delay: Duration,
+    started: Arc<AtomicUsize>,
+}
+
+impl Gate {
+    fn new(open: bool, delay: Duration) -> (Arc<Self>, watch::Sender<bool>) {
+        let (tx, rx) = watch::channel(open);
+        (
+            Arc::new(Self {
+                open: rx,
+                delay,
+                started: Arc::new(AtomicUsize::new(0)),
+            }),
+            tx,
+        )
+    }
+}
+
+impl Builder for Gate {
+    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+        async move {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            let mut open = self.open.clone();
+            let _ = open.wait_for(|o| *o).await;
+            tokio::time::sleep(self.delay).await;
+            Ok(Frame::new(json!({ "token": ctx.token })))
+        }
+        .boxed_local()
+    }
+}
+
+fn settings(db: &TestDb, node: &str) -> Settings {
+    let mut s = Settings::defaults();
+    s.database.url = briefrail::secret::SecretUrl::new(db.url.clone());
+    s.database.pool_size = 8;
+    s.node.id = node.into();
+    s.trigger.debounce_ms = 50;
+    s.trigger.max_wait_ms = 500;
+    s.sweeper.interval_seconds = 0.2;
+    s.builders.concurrency = 4;
+    s
+}
+
+fn start(db: &TestDb, s: Settings, builder: Arc<dyn Builder>, sweeper: bool) -> Node {
+    let mut opts = NodeOptions::new(builder);
+    opts.sweeper = sweeper;
+    Node::start(Arc::new(s), db.pool.clone(), opts)
+}
+
+/// Polls the ledger until `cond` holds for the matter's job row, or panics after `limit`.
+async fn until_job(
+    db: &TestDb,
+    firm: Uuid,
+    matter: Uuid,
+    limit: Duration,
+    what: &str,
+    cond: impl Fn(&briefrail::ledger::JobRow) -> bool,
+) -> briefrail::ledger::JobRow {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut c = db.pool.get().await.unwrap();
+        if let Some(j) = reads::job(&mut c, firm, matter).await.unwrap() {
+            if cond(&j) {
+                return j;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {j:?}"
+            );
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: no row"
+            );
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn demand_and_nudge(db: &TestDb, node: &Node, firm: Uuid, matter: Uuid) -> Uuid {
+    let mut c = db.pool.get().await.unwrap();
+    t::demand(&mut c, firm, matter).await.unwrap();
+    let event_id = Uuid::new_v4();
+    node.nudge(Nudge {
+        key: MatterKey {
+            firm_id: firm,
+            matter_id: matter,
+        },
+        event_ids: vec![event_id],
+        traceparent: Some(Traceparent::new_root().to_string()),
+    });
+    event_id
+}
+
+#[actix_rt::test]
+async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
+    let db = TestDb::new(16).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    // Node A stalls inside its build; its heartbeats (every 10 s) are slower than the lease
+    // node B enforces (50 ms): to B, A looks exactly like a paused process.
+    let (gate, open_a) = Gate::new(false, Duration::ZERO);
+    let mut sa = settings(&db, "node-a");
+    sa.lease.seconds = 30.0;
+    sa.lease.heartbeat_seconds = Some(10.0);
+    let a = start(&db, sa, gate.clone(), false);
+    let mut sb = settings(&db, "node-b");
+    sb.lease.seconds = 0.05;
+    sb.lease.heartbeat_seconds = Some(0.01);
+    let b = start(&db, sb, Gate::new(true, Duration::ZERO).0, false);
+
+    demand_and_nudge(&db, &a, firm, matter).await;
+    let held = until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(10),
+        "A's claim",
+        |j| j.run_status == "running",
+    )
+    .await;
+    let token_a = held.claimed_generation;
+    tokio::time::sleep(Duration::from_millis(100)).await; // past B's lease horizon
+
+    let report = b.sweep_now().await.unwrap();
+    assert_eq!(report.expired, 1, "B's sweeper expires A's claim");
+    let landed = until_job(&db, firm, matter, Duration::from_secs(10), "B lands", |j| {
+        j.landed_generation > token_a
+    })
+    .await;
+    assert_eq!(
+        landed.landed_generation,
+        token_a + 1,
+        "B reclaimed with n+1"
+    );
+
+    // A wakes and writes: refused.
+    open_a.send(true).unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let run_a = loop {
+        let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
+        let r = runs.into_iter().find(|r| r.token == token_a).unwrap();
+        if r.outcome == "fenced" {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A's run never ended fenced: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(run_a.node_id, "node-a");
+    assert!(
+        reads::frame_meta(&mut c, firm, matter, token_a)
+            .await
+            .unwrap()
+            .is_none(),
+        "no frame with token n"
+    );
+    let frames = reads::frames(&mut c, firm, matter).await.unwrap();
+    assert_eq!(
+        frames.iter().map(|f| f.generation).collect::<Vec<_>>(),
+        vec![token_a + 1]
+    );
+    assert_eq!(a.context.metrics.builds_fenced.load(Ordering::SeqCst), 1);
+}
+
+#[actix_rt::test]
+async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up() {
+    let db = TestDb::new(16).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let (gate, open) = Gate::new(false, Duration::ZERO);
+    let mut s = settings(&db, "node");
+    s.trigger.debounce_ms = 300;
+    s.trigger.max_wait_ms = 3000;
+    let node = start(&db, s, gate.clone(), false);
+
+    // Ten uploads inside the debounce window: one claim that carries all ten events.
+    let mut events = Vec::new();
+    for _ in 0..10 {
+        events.push(demand_and_nudge(&db, &node, firm, matter).await);
+    }
+    let first = until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(10),
+        "the first claim",
+        |j| j.run_status == "running",
+    )
+    .await;
+    let mut c = db.pool.get().await.unwrap();
+    let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    let served: Vec<Uuid> = runs[0].event_ids.iter().flatten().copied().collect();
+    assert_eq!(
+        served.len(),
+        10,
+        "one claim serves all ten coalesced demands: {served:?}"
+    );
+    assert!(events.iter().all(|e| served.contains(e)));
+
+    // Twenty demands while that build runs: exactly one follow-up.
+    for _ in 0..20 {
+        demand_and_nudge(&db, &node, firm, matter).await;
+    }
+    open.send(true).unwrap();
+    let done = until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(10),
+        "all served",
+        |j| j.run_status == "idle" && !j.unserved(),
+    )
+    .await;
+    // Let any stray cycle the nudges could still start show up before counting.
+    node.sweep_now().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let runs = reads::runs(&mut c, firm, matter, 100).await.unwrap();
+    assert_eq!(
+        runs.len(),
+        2,
+        "the first build and one follow-up: {runs:#?}"
+    );
+    assert_eq!(gate.started.load(Ordering::SeqCst), 2);
+    let frames = reads::frames(&mut c, firm, matter).await.unwrap();
+    assert_eq!(frames.len(), 2);
+    assert!(
+        frames[0].generation == first.claimed_generation
+            && frames[1].generation == done.landed_generation
+    );
+    assert!(
+        node.context
+            .metrics
+            .demands_coalesced
+            .load(Ordering::SeqCst)
+            >= 29
+    );
+}
+
+#[actix_rt::test]
+async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
+    let db = TestDb::new(16).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut s = settings(&db, "node");
+    s.lease.seconds = 0.6;
+    s.lease.heartbeat_seconds = Some(0.1);
+    s.sweeper.interval_seconds = 0.05;
+    // A second node sweeps as well: it must see the lease renewed every time.
+    let node = start(
+        &db,
+        s.clone(),
+        Gate::new(true, Duration::from_millis(2500)).0,
+        true,
+    );
+    s.node.id = "other".into();
+    let other = start(&db, s, Gate::new(true, Duration::ZERO).0, true);
+    demand_and_nudge(&db, &node, firm, matter).await;
+    let j = until_job(&db, firm, matter, Duration::from_secs(15), "landed", |j| {
+        j.landed_generation > 0 && j.run_status == "idle"
+    })
+    .await;
+    let mut c = db.pool.get().await.unwrap();
+    let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
+    assert!(
+        runs.iter().all(|r| r.outcome == "landed"),
+        "never reclaimed, never fenced: {runs:#?}"
+    );
+    let first = runs.last().unwrap();
+    assert!(
+        first.heartbeat_at - first.started_at > chrono::Duration::milliseconds(2000),
+        "{first:?}"
+    );
+    assert_eq!(runs[0].token, j.landed_generation);
+    assert_eq!(
+        other
+            .context
+            .metrics
+            .builds_lease_expired
+            .load(Ordering::SeqCst),
+        0
+    );
+}
+
+#[actix_rt::test]
+async fn ten_thousand_matters_land_and_idle_actors_are_stopped() {
+    let db = TestDb::new(16).await.unwrap();
+    let firm = Uuid::new_v4();
+    let mut s = settings(&db, "node");
+    s.trigger.debounce_ms = 1;
+    s.trigger.max_wait_ms = 10;
+    s.trigger.idle_seconds = 1.0;
+    s.builders.concurrency = 8;
+    let node = start(&db, s, Gate::new(true, Duration::ZERO).0, false);
+    let matters: Vec<Uuid> = (0..10_000).map(|_| Uuid::new_v4()).collect();
+    {
+        let mut c = db.pool.get().await.unwrap();
+        for m in &matters {
+            t::demand(&mut c, firm, *m).await.unwrap();
+        }
+    }
+    for m in &matters {
+        node.nudge(Nudge::matter(firm, *m));
+    }
+    let peak = node.actor_count().await;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let mut c = db.pool.get().await.unwrap();
+        let left = t::unserved(&mut c, 100, 20_000, Duration::ZERO)
+            .await
+            .unwrap()
+            .len();
+        let running = reads::job(&mut c, firm, matters[0])
+            .await
+            .unwrap()
+            .map(|j| j.run_status);
+        if left == 0 && running.as_deref() == Some("idle") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{left} matters still unserved");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node.actor_count().await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "idle matter actors were not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("matter actors: {peak} at peak, 0 after idling");
+    assert!(
+        peak > 5_000,
+        "the supervisor should have held thousands of actors at peak ({peak})"
+    );
+    assert_eq!(
+        node.context.metrics.builds_landed.load(Ordering::SeqCst),
+        10_000
+    );
+}
+
+#[actix_rt::test]
+async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
+    let db = TestDb::new(8).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let node = start(
+        &db,
+        settings(&db, "node"),
+        Gate::new(true, Duration::ZERO).0,
+        false,
+    );
+    demand_and_nudge(&db, &node, firm, matter).await;
+    let first = until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(10),
+        "first landing",
+        |j| j.landed_generation > 0 && j.run_status == "idle",
+    )
+    .await;
+    let key = MatterKey {
+        firm_id: firm,
+        matter_id: matter,
+    };
+    let addr = node
+        .supervisor
+        .send(Lookup(key))
+        .await
+        .unwrap()
+        .expect("actor alive");
+    let _ = addr.send(briefrail::actors::matter::Crash).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while addr.connected() {
+        assert!(Instant::now() < deadline, "the actor survived its panic");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    demand_and_nudge(&db, &node, firm, matter).await;
+    until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(10),
+        "served after the restart",
+        |j| j.landed_generation > first.landed_generation && j.run_status == "idle",
+    )
+    .await;
+    let fresh = node
+        .supervisor
+        .send(Lookup(key))
+        .await
+        .unwrap()
+        .expect("a fresh actor");
+    assert!(fresh != addr);
+}
