@@ -1,0 +1,286 @@
+//! The shipped builders, run by a real node: the Brief's content and determinism, the
+//! `command` builder's failures and its child killed when fenced, the `http` builder's
+//! statuses and timeouts.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use briefrail::actors::{Node, NodeOptions, Nudge};
+use briefrail::build::{
+    BuildContext, Builder, brief::BriefBuilder, command::CommandBuilder, http::HttpBuilder,
+};
+use briefrail::config::Settings;
+use briefrail::ledger::facts::{self, NewDocument};
+use briefrail::ledger::transitions as t;
+use briefrail::ledger::{RunRow, reads};
+use briefrail::secret::SecretUrl;
+use briefrail::testing::TestDb;
+use common::eventually;
+use uuid::Uuid;
+
+async fn matter_with_documents(db: &TestDb) -> (Uuid, Uuid) {
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme Corp. v. Globex LLC")
+        .await
+        .unwrap();
+    for (title, dated, body) in [
+        (
+            "Invoice 7",
+            Some("2024-05-02"),
+            "Globex invoiced Acme for 400 widgets. Payment was due in 30 days. Extra.",
+        ),
+        (
+            "Complaint",
+            Some("2025-01-15"),
+            "Acme alleges Globex shipped late. It seeks damages.",
+        ),
+        ("Undated memo", None, "Internal note about the shipment."),
+        (
+            "Contract",
+            Some("2024-01-10"),
+            "The parties agree on delivery by March. Time is of the essence.",
+        ),
+    ] {
+        facts::add_document(
+            &mut c,
+            NewDocument {
+                document_id: Uuid::new_v4(),
+                firm_id: firm,
+                matter_id: matter,
+                title: title.into(),
+                dated: dated.map(|d| d.parse().unwrap()),
+                body: body.into(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    (firm, matter)
+}
+
+fn ctx(db: &TestDb, firm: Uuid, matter: Uuid, token: i64) -> BuildContext {
+    BuildContext {
+        firm_id: firm,
+        matter_id: matter,
+        token,
+        run_id: Uuid::new_v4(),
+        trace_id: None,
+        event_ids: vec![],
+        pool: db.pool.clone(),
+    }
+}
+
+#[actix_rt::test]
+async fn the_brief_lists_documents_in_chronology_and_is_deterministic() {
+    let db = TestDb::new(4).await.unwrap();
+    let (firm, matter) = matter_with_documents(&db).await;
+    let a = BriefBuilder
+        .build(&ctx(&db, firm, matter, 3))
+        .await
+        .unwrap()
+        .body;
+    let b = BriefBuilder
+        .build(&ctx(&db, firm, matter, 9))
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(
+        a, b,
+        "the same record gives the same frame, whatever the token"
+    );
+    let titles: Vec<&str> = a["chronology"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        titles,
+        ["Contract", "Invoice 7", "Complaint", "Undated memo"]
+    );
+    assert_eq!(
+        a["parties"],
+        serde_json::json!(["Acme Corp.", "Globex LLC"])
+    );
+    assert_eq!(a["counts"]["documents"], 4);
+    assert_eq!(a["counts"]["undated"], 1);
+    assert_eq!(
+        a["chronology"][1]["asserts"],
+        "Globex invoiced Acme for 400 widgets. Payment was due in 30 days."
+    );
+    assert!(a["chronology"][0]["where"]["document_id"].is_string());
+    let unknown = BriefBuilder
+        .build(&ctx(&db, firm, Uuid::new_v4(), 1))
+        .await
+        .unwrap_err();
+    assert!(unknown.is_permanent(), "{unknown}");
+}
+
+async fn run_once(
+    db: &TestDb,
+    builder: Arc<dyn Builder>,
+    tweak: impl FnOnce(&mut Settings),
+) -> RunRow {
+    let (firm, matter) = matter_with_documents(db).await;
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.trigger.debounce_ms = 10;
+    tweak(&mut s);
+    let node = Node::start(Arc::new(s), db.pool.clone(), {
+        let mut o = NodeOptions::new(builder);
+        o.sweeper = false;
+        o
+    });
+    let mut c = db.pool.get().await.unwrap();
+    t::demand(&mut c, firm, matter).await.unwrap();
+    node.nudge(Nudge::matter(firm, matter));
+    eventually(Duration::from_secs(20), "the run to finish", || async {
+        let mut c = db.pool.get().await.unwrap();
+        reads::runs(&mut c, firm, matter, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.outcome != "running")
+    })
+    .await
+}
+
+fn sh(script: &str) -> Arc<dyn Builder> {
+    Arc::new(CommandBuilder::new(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        script.into(),
+    ]))
+}
+
+#[actix_rt::test]
+async fn the_command_builder_lands_stdout_and_fails_with_stderr() {
+    let db = TestDb::new(8).await.unwrap();
+    let ok = run_once(&db, sh("cat > /tmp/ctx.$$ && printf '{\"n\": %s}' $(grep -o '\"documents\"' /tmp/ctx.$$ | wc -l); rm /tmp/ctx.$$"), |_| {}).await;
+    assert_eq!(ok.outcome, "landed");
+    let mut c = db.pool.get().await.unwrap();
+    let frame = reads::latest_frame(&mut c, ok.firm_id, ok.matter_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        frame.body,
+        serde_json::json!({"n": 1}),
+        "the context reached stdin"
+    );
+
+    let exit = run_once(
+        &db,
+        sh("cat >/dev/null; echo 'model panel exploded' >&2; exit 3"),
+        |_| {},
+    )
+    .await;
+    assert_eq!(exit.outcome, "failed");
+    let e = exit.error.unwrap();
+    assert!(
+        e.contains("exit status: 3") && e.contains("model panel exploded"),
+        "{e}"
+    );
+
+    let garbage = run_once(
+        &db,
+        sh("cat >/dev/null; echo not-json; echo oops >&2"),
+        |_| {},
+    )
+    .await;
+    assert_eq!(garbage.outcome, "failed");
+    assert!(garbage.error.unwrap().contains("no JSON frame"));
+
+    let missing = run_once(
+        &db,
+        Arc::new(CommandBuilder::new(vec!["/no/such/program".into()])),
+        |_| {},
+    )
+    .await;
+    assert_eq!(missing.outcome, "failed");
+    assert!(missing.error.unwrap().contains("cannot start"));
+}
+
+#[actix_rt::test]
+async fn a_timed_out_command_build_is_failed_and_its_child_killed() {
+    let db = TestDb::new(8).await.unwrap();
+    let pidfile = std::env::temp_dir().join(format!("briefrail-child-{}", Uuid::new_v4().simple()));
+    let script = format!(
+        "cat >/dev/null; echo $$ > {}; exec sleep 30",
+        pidfile.display()
+    );
+    let run = run_once(&db, sh(&script), |s| s.builder.timeout_seconds = 0.5).await;
+    assert_eq!(run.outcome, "failed");
+    assert!(run.error.unwrap().contains("timed out"));
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+    let alive = eventually(Duration::from_secs(5), "the child to be gone", || async {
+        let alive = std::process::Command::new("kill")
+            .args(["-0", &pid])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        (!alive).then_some(())
+    })
+    .await;
+    assert_eq!(alive, ());
+    std::fs::remove_file(pidfile).ok();
+}
+
+#[actix_rt::test]
+async fn the_http_builder_takes_2xx_json_and_fails_other_statuses() {
+    let db = TestDb::new(8).await.unwrap();
+    let server = HttpServer::new(|| {
+        App::new()
+            .route("/ok", web::post().to(|body: web::Json<serde_json::Value>| async move {
+                HttpResponse::Ok().json(serde_json::json!({"documents": body["documents"].as_array().map(|d| d.len())}))
+            }))
+            .route("/boom", web::post().to(|| async { HttpResponse::InternalServerError().body("panel down: ".repeat(1000)) }))
+            .route("/slow", web::post().to(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                HttpResponse::Ok().json(serde_json::json!({}))
+            }))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let addr = server.addrs()[0];
+    let handle = server.run();
+    let stop = handle.handle();
+    actix_rt::spawn(handle);
+    let http = |path: &str| -> Arc<dyn Builder> {
+        Arc::new(HttpBuilder::new(SecretUrl::new(format!(
+            "http://{addr}{path}"
+        ))))
+    };
+
+    let ok = run_once(&db, http("/ok"), |_| {}).await;
+    assert_eq!(ok.outcome, "landed");
+    let mut c = db.pool.get().await.unwrap();
+    assert_eq!(
+        reads::latest_frame(&mut c, ok.firm_id, ok.matter_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .body,
+        serde_json::json!({"documents": 4})
+    );
+
+    let boom = run_once(&db, http("/boom"), |_| {}).await;
+    let e = boom.error.unwrap();
+    assert_eq!(boom.outcome, "failed");
+    assert!(
+        e.contains("500") && e.contains("panel down") && e.len() < 2600,
+        "bounded excerpt: {} chars",
+        e.len()
+    );
+
+    let slow = run_once(&db, http("/slow"), |s| s.builder.timeout_seconds = 0.5).await;
+    assert_eq!(slow.outcome, "failed");
+    assert!(slow.error.unwrap().contains("timed out"));
+    stop.stop(false).await;
+}

@@ -1,0 +1,144 @@
+//! Helpers for tests that run real `briefrail run` processes.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use briefrail::testing::TestDb;
+
+/// A `briefrail run` child process; killed (SIGKILL) when dropped, also if the test panics.
+pub struct NodeProcess {
+    pub id: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl NodeProcess {
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid()])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill {sig} {} failed", self.pid());
+    }
+
+    /// Waits for the process to exit; `None` if it is still running after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.pid()])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A shell script builder: reads the context, sleeps `BUILD_SECONDS`, prints a frame.
+pub fn builder_script(dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("builder.sh");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\ncat > /dev/null\nsleep \"${BUILD_SECONDS:-0}\"\nprintf '{\"built_by\":\"%s\",\"token\":%s}' \"$NODE\" \"$BRIEFRAIL_TOKEN\"\n",
+    )
+    .expect("write builder script");
+    path
+}
+
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "briefrail-{name}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Starts `briefrail run` as node `id` on `db`, with the `command` builder and the embedded
+/// transport; `extra` overrides any setting (`BRIEFRAIL__...`).
+pub fn spawn_node(
+    db: &TestDb,
+    dir: &std::path::Path,
+    id: &str,
+    extra: &[(&str, &str)],
+) -> NodeProcess {
+    let script = builder_script(dir);
+    let log = dir.join(format!("{id}.log"));
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_briefrail"));
+    cmd.arg("run")
+        .env("BRIEFRAIL__DATABASE__URL", &db.url)
+        .env("BRIEFRAIL__DATABASE__POOL_SIZE", "4")
+        .env("BRIEFRAIL__NODE__ID", id)
+        .env("NODE", id)
+        .env("BRIEFRAIL__TRANSPORT__KIND", "postgres")
+        .env("BRIEFRAIL__BUILDER__KIND", "command")
+        .env(
+            "BRIEFRAIL__BUILDER__COMMAND",
+            format!("/bin/sh {}", script.display()),
+        )
+        .env("BRIEFRAIL__BUILDERS__CONCURRENCY", "2")
+        .env("BRIEFRAIL__TRIGGER__DEBOUNCE_MS", "20")
+        .env("BRIEFRAIL__TRIGGER__MAX_WAIT_MS", "100")
+        .env("BRIEFRAIL__RELAY__POLL_MS", "200")
+        .env("BRIEFRAIL__SWEEPER__INTERVAL_SECONDS", "0.25")
+        .env("BRIEFRAIL__HTTP__BIND", "127.0.0.1:0")
+        .env("BRIEFRAIL__LOG__LEVEL", "info,briefrail=debug")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("spawn briefrail run");
+    NodeProcess {
+        id: id.to_owned(),
+        child,
+        log,
+    }
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or panics with `what` after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,231 @@
+//! Real `briefrail run` processes on one database, with the `command` builder: a node paused
+//! with SIGSTOP is fenced, a node killed with SIGKILL is taken over, a node stopped with
+//! SIGTERM hands its claim back. Exclusivity comes only from the ledger.
+
+mod common;
+
+use std::time::Duration;
+
+use briefrail::ledger::{RunRow, facts, reads};
+use briefrail::testing::TestDb;
+use common::{NodeProcess, eventually, scratch_dir, spawn_node};
+use uuid::Uuid;
+
+async fn runs(db: &TestDb, firm: Uuid, matter: Uuid) -> Vec<RunRow> {
+    let mut c = db.pool.get().await.unwrap();
+    reads::runs(&mut c, firm, matter, 100).await.unwrap()
+}
+
+async fn new_matter(db: &TestDb, firm: Uuid) -> Uuid {
+    let matter = Uuid::new_v4();
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    matter
+}
+
+fn node_of<'a>(nodes: &'a [NodeProcess], run: &RunRow) -> &'a NodeProcess {
+    nodes
+        .iter()
+        .find(|n| n.id == run.node_id)
+        .expect("the run names a node")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
+    let db = TestDb::new(4).await.unwrap();
+    let dir = scratch_dir("sigstop");
+    let timing = [
+        ("BRIEFRAIL__LEASE__SECONDS", "2"),
+        ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "0.4"),
+        ("BUILD_SECONDS", "3"),
+    ];
+    let mut nodes: Vec<NodeProcess> = (0..3)
+        .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), &timing))
+        .collect();
+    let firm = Uuid::new_v4();
+    let matter = new_matter(&db, firm).await;
+
+    let held = eventually(Duration::from_secs(20), "a running build", || async {
+        runs(&db, firm, matter)
+            .await
+            .into_iter()
+            .find(|r| r.outcome == "running")
+    })
+    .await;
+    let stopped = node_of(&nodes, &held);
+    stopped.signal("-STOP");
+
+    let successor = eventually(
+        Duration::from_secs(30),
+        "another node to land n+1",
+        || async {
+            runs(&db, firm, matter)
+                .await
+                .into_iter()
+                .find(|r| r.token > held.token && r.outcome == "landed")
+        },
+    )
+    .await;
+    assert_ne!(successor.node_id, held.node_id);
+    stopped.signal("-CONT");
+    let fenced = eventually(
+        Duration::from_secs(20),
+        "the stopped node's run to end fenced",
+        || async {
+            runs(&db, firm, matter)
+                .await
+                .into_iter()
+                .find(|r| r.run_id == held.run_id && r.outcome == "fenced")
+        },
+    )
+    .await;
+    assert_eq!(fenced.token, held.token);
+    let mut c = db.pool.get().await.unwrap();
+    assert!(
+        reads::frame_meta(&mut c, firm, matter, held.token)
+            .await
+            .unwrap()
+            .is_none(),
+        "no stale frame"
+    );
+    let frames = reads::frames(&mut c, firm, matter).await.unwrap();
+    assert!(frames.windows(2).all(|w| w[0].generation < w[1].generation));
+    drop(c);
+
+    // The stopped node goes on working: with the others gone, it alone serves a new matter.
+    let survivor = held.node_id.clone();
+    nodes.retain(|n| n.id == survivor);
+    let next = new_matter(&db, firm).await;
+    let landed = eventually(
+        Duration::from_secs(30),
+        "the resumed node to land a new matter",
+        || async {
+            runs(&db, firm, next)
+                .await
+                .into_iter()
+                .find(|r| r.outcome == "landed")
+        },
+    )
+    .await;
+    assert_eq!(landed.node_id, survivor);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_build_is_taken_over_within_lease_and_sweep() {
+    let db = TestDb::new(4).await.unwrap();
+    let dir = scratch_dir("sigkill");
+    let timing = [
+        ("BRIEFRAIL__LEASE__SECONDS", "2"),
+        ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "0.4"),
+        ("BUILD_SECONDS", "1.5"),
+    ];
+    let nodes: Vec<NodeProcess> = (0..2)
+        .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), &timing))
+        .collect();
+    let firm = Uuid::new_v4();
+    let matter = new_matter(&db, firm).await;
+    let held = eventually(Duration::from_secs(20), "a running build", || async {
+        runs(&db, firm, matter)
+            .await
+            .into_iter()
+            .find(|r| r.outcome == "running")
+    })
+    .await;
+    let victim = nodes.iter().position(|n| n.id == held.node_id).unwrap();
+    nodes[victim].signal("-KILL");
+    let killed_at = chrono::Utc::now();
+    let successor = eventually(
+        Duration::from_secs(20),
+        "the other node to land",
+        || async {
+            runs(&db, firm, matter)
+                .await
+                .into_iter()
+                .find(|r| r.token > held.token && r.outcome == "landed")
+        },
+    )
+    .await;
+    assert_ne!(successor.node_id, held.node_id);
+    // lease (2 s) after the last heartbeat + one sweep interval (0.25 s) + the nudge: the
+    // successor's claim starts no later than that (a second of slack for the machine).
+    let waited = successor.started_at - killed_at;
+    assert!(
+        waited < chrono::Duration::milliseconds(3500),
+        "took over after {waited}"
+    );
+    let old = runs(&db, firm, matter)
+        .await
+        .into_iter()
+        .find(|r| r.run_id == held.run_id)
+        .unwrap();
+    assert_eq!(old.outcome, "lease_expired");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_the_claim_back_and_exits_zero_within_grace() {
+    let db = TestDb::new(4).await.unwrap();
+    let dir = scratch_dir("sigterm");
+    let timing = [
+        ("BRIEFRAIL__LEASE__SECONDS", "30"),
+        ("BRIEFRAIL__SHUTDOWN__GRACE_SECONDS", "1"),
+        ("BUILD_SECONDS", "4"),
+    ];
+    let mut nodes: Vec<NodeProcess> = (0..2)
+        .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), &timing))
+        .collect();
+    let firm = Uuid::new_v4();
+    let matter = new_matter(&db, firm).await;
+    let held = eventually(Duration::from_secs(20), "a running build", || async {
+        runs(&db, firm, matter)
+            .await
+            .into_iter()
+            .find(|r| r.outcome == "running")
+    })
+    .await;
+    let victim = nodes.iter().position(|n| n.id == held.node_id).unwrap();
+    nodes[victim].signal("-TERM");
+    let termed_at = chrono::Utc::now();
+    let status = nodes[victim]
+        .wait_exit(Duration::from_secs(5))
+        .expect("exits within grace + a margin");
+    assert!(
+        status.success(),
+        "exit status {status:?}\n{}",
+        nodes[victim].log_text()
+    );
+    let successor = eventually(
+        Duration::from_secs(20),
+        "the other node to take over",
+        || async {
+            runs(&db, firm, matter)
+                .await
+                .into_iter()
+                .find(|r| r.token > held.token)
+        },
+    )
+    .await;
+    assert_ne!(successor.node_id, held.node_id);
+    let waited = successor.started_at - termed_at;
+    assert!(
+        waited < chrono::Duration::seconds(5),
+        "took over after {waited}, the lease is 30 s"
+    );
+    let old = runs(&db, firm, matter)
+        .await
+        .into_iter()
+        .find(|r| r.run_id == held.run_id)
+        .unwrap();
+    assert_eq!(
+        (old.outcome.as_str(), old.error.as_deref()),
+        ("failed", Some("node shutting down"))
+    );
+    eventually(Duration::from_secs(20), "the successor to land", || async {
+        runs(&db, firm, matter)
+            .await
+            .into_iter()
+            .find(|r| r.token > held.token && r.outcome == "landed")
+    })
+    .await;
+}
