@@ -42,7 +42,8 @@ struct Pending {
     /// When the first of them arrived: the max-wait cap counts from here.
     since: Option<Instant>,
     event_ids: Vec<Uuid>,
-    traceparent: Option<String>,
+    /// The trace of every coalesced demand: the build links to all of them.
+    traceparents: Vec<String>,
 }
 
 pub struct MatterActor {
@@ -152,11 +153,18 @@ async fn claim_cycle(
             return None;
         }
     }
-    let trace_id = pending
-        .traceparent
-        .as_deref()
-        .and_then(Traceparent::parse)
-        .map(|t| t.trace_id_hex());
+    // The run records the first demand's trace; the build span links every coalesced trace.
+    let traces: Vec<String> = pending
+        .traceparents
+        .iter()
+        .filter_map(|t| Traceparent::parse(t))
+        .map(|t| t.trace_id_hex())
+        .collect();
+    let trace_id = traces.first().cloned();
+    if traces.len() > 1 {
+        tracing::info!(firm_id = %key.firm_id, matter_id = %key.matter_id, links = %traces.join(","),
+                       "one build serves {} traced demands", traces.len());
+    }
     let req = ClaimRequest {
         firm_id: key.firm_id,
         matter_id: key.matter_id,
@@ -208,8 +216,10 @@ impl Handler<Nudge> for MatterActor {
         let p = self.pending.get_or_insert_with(Pending::default);
         p.since.get_or_insert_with(Instant::now);
         p.event_ids.extend(msg.event_ids);
-        if msg.traceparent.is_some() {
-            p.traceparent = msg.traceparent;
+        if let Some(tp) = msg.traceparent {
+            if !p.traceparents.contains(&tp) {
+                p.traceparents.push(tp);
+            }
         }
         if coalesced {
             Metrics::inc(&self.node.metrics.demands_coalesced);

@@ -142,3 +142,55 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A topology of its own for one test, deleted (queues and exchanges) when dropped.
+pub struct BrokerScope {
+    pub topology: briefrail::transport::amqp::Topology,
+    pub prefix: String,
+}
+
+pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+impl BrokerScope {
+    pub fn new() -> Self {
+        let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        Self {
+            topology: briefrail::transport::amqp::Topology::new(&prefix),
+            prefix,
+        }
+    }
+}
+
+impl Drop for BrokerScope {
+    fn drop(&mut self) {
+        let t = self.topology.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let url = briefrail::secret::SecretUrl::new(AMQP_URL);
+                let Ok(conn) = briefrail::transport::amqp::connect(&url, "test-cleanup").await
+                else {
+                    return;
+                };
+                let Ok(ch) = conn.create_channel().await else {
+                    return;
+                };
+                for q in [&t.trigger_queue, &t.dead_queue] {
+                    let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+                }
+                for x in [&t.events_exchange, &t.dead_exchange] {
+                    let _ = ch
+                        .exchange_delete(x.as_str().into(), Default::default())
+                        .await;
+                }
+                let _ = conn.close(200, "bye".into()).await;
+            });
+        })
+        .join();
+    }
+}

@@ -1,0 +1,499 @@
+//! The nudge transport against real RabbitMQ and Postgres: duplicates applied once, purged
+//! queues reconciled, poison dead-lettered with a reason, two relays never double-publishing,
+//! out-of-order commits still published, and the embedded (postgres) transport on the same
+//! consumer path.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix::Actor;
+use briefrail::actors::{Node, NodeOptions};
+use briefrail::build::brief::BriefBuilder;
+use briefrail::config::Settings;
+use briefrail::ledger::{facts, reads};
+use briefrail::metrics::Metrics;
+use briefrail::secret::SecretUrl;
+use briefrail::testing::TestDb;
+use briefrail::transport::amqp::{
+    self, AmqpOptions, consumer::TriggerConsumer, message, relay::Relay,
+};
+use common::{AMQP_URL, BrokerScope, eventually};
+use diesel::prelude::*;
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use uuid::Uuid;
+
+fn get(a: &std::sync::atomic::AtomicU64) -> u64 {
+    std::sync::atomic::AtomicU64::load(a, Ordering::SeqCst)
+}
+
+struct Rig {
+    db: TestDb,
+    scope: BrokerScope,
+    node: Node,
+    opts: AmqpOptions,
+}
+
+/// A node (brief builder) and AMQP options on a database and topology of this test's own.
+async fn rig(reconcile_after: Duration) -> Rig {
+    let db = TestDb::new(16).await.unwrap();
+    let scope = BrokerScope::new();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.trigger.debounce_ms = 20;
+    s.transport.prefix = scope.prefix.clone();
+    let metrics = Arc::new(Metrics::default());
+    let mut o = NodeOptions::new(Arc::new(BriefBuilder));
+    o.metrics = metrics.clone();
+    o.sweeper = false;
+    let s = Arc::new(s);
+    let node = Node::start(s.clone(), db.pool.clone(), o);
+    let mut opts = AmqpOptions::from_settings(&s, db.pool.clone(), metrics);
+    opts.reconcile_after = reconcile_after;
+    opts.relay_poll = Duration::from_millis(100);
+    let conn = amqp::connect(&opts.url, "test-setup").await.unwrap();
+    scope
+        .topology
+        .declare(&conn.create_channel().await.unwrap())
+        .await
+        .unwrap();
+    Rig {
+        db,
+        scope,
+        node,
+        opts,
+    }
+}
+
+async fn channel() -> lapin::Channel {
+    let conn = amqp::connect(&SecretUrl::new(AMQP_URL), "test")
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    // Keep the connection alive as long as the channel: leak it for the test's lifetime.
+    std::mem::forget(conn);
+    ch
+}
+
+async fn served(db: &TestDb, firm: Uuid, matter: Uuid) -> bool {
+    let mut c = db.pool.get().await.unwrap();
+    reads::job(&mut c, firm, matter)
+        .await
+        .unwrap()
+        .is_some_and(|j| !j.unserved() && j.landed_generation > 0)
+}
+
+async fn count(db: &TestDb, sql: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut c = db.pool.get().await.unwrap();
+    diesel::sql_query(sql)
+        .get_result::<N>(&mut c)
+        .await
+        .unwrap()
+        .n
+}
+
+#[actix_rt::test]
+async fn a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once() {
+    let r = rig(Duration::from_secs(60)).await;
+    let firm = Uuid::new_v4();
+    let matter = Uuid::new_v4();
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    // The crashed relay: it published the row (confirmed) but died before marking it.
+    let rows = briefrail::ledger::outbox::lock_unpublished(&mut c, 10)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let (body, props) = message::encode(&rows[0].envelope());
+    let ch = channel().await;
+    ch.basic_publish(
+        r.scope.topology.events_exchange.as_str().into(),
+        rows[0].event_name.as_str().into(),
+        BasicPublishOptions {
+            mandatory: true,
+            ..Default::default()
+        },
+        &body,
+        props,
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    // The restarted relay publishes it again; the consumer sees it twice.
+    let _relay = Relay::new(r.opts.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    eventually(
+        Duration::from_secs(20),
+        "the matter to be served",
+        || async { served(&r.db, firm, matter).await.then_some(()) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "the duplicate delivery",
+        || async { (get(&r.opts.metrics.events_duplicate) >= 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(get(&r.opts.metrics.events_consumed), 1, "applied once");
+    assert_eq!(
+        count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await,
+        1
+    );
+    let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
+    assert_eq!(
+        job.requested_generation, 2,
+        "one demand (+1) and one claim (+1), not two demands"
+    );
+    // One trace from the fact to the frame: the run carries the fact's trace id and event id.
+    let run = reads::runs(&mut c, firm, matter, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let tp = briefrail::trace::Traceparent::parse(rows[0].traceparent.as_deref().unwrap()).unwrap();
+    assert_eq!(run.trace_id.as_deref(), Some(tp.trace_id_hex().as_str()));
+    assert!(run.event_ids.contains(&Some(rows[0].event_id)));
+}
+
+#[actix_rt::test]
+async fn a_purged_queue_is_reconciled_and_the_demand_served() {
+    let r = rig(Duration::from_millis(800)).await;
+    let firm = Uuid::new_v4();
+    let mut c = r.db.pool.get().await.unwrap();
+    let mut matters = Vec::new();
+    for _ in 0..5 {
+        let m = Uuid::new_v4();
+        facts::create_matter(&mut c, firm, m, "In re Initech")
+            .await
+            .unwrap();
+        matters.push(m);
+    }
+    // Published with nobody consuming; then the queue is purged: the messages are gone.
+    let _relay = Relay::new(r.opts.clone()).start();
+    eventually(Duration::from_secs(20), "everything published", || async {
+        (count(
+            &r.db,
+            "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL",
+        )
+        .await
+            == 0)
+            .then_some(())
+    })
+    .await;
+    let ch = channel().await;
+    let purged = ch
+        .queue_purge(
+            r.scope.topology.trigger_queue.as_str().into(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(purged, 5);
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    for m in &matters {
+        eventually(
+            Duration::from_secs(30),
+            "reconciliation to serve the matter",
+            || async { served(&r.db, firm, *m).await.then_some(()) },
+        )
+        .await;
+    }
+    assert!(get(&r.opts.metrics.events_republished) >= 5);
+}
+
+#[actix_rt::test]
+async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on() {
+    let r = rig(Duration::from_secs(60)).await;
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let good = |name: &str| {
+        serde_json::json!({
+        "event_id": Uuid::new_v4(), "event_name": name, "firm_id": Uuid::new_v4(),
+        "matter_id": Uuid::new_v4(), "occurred_at": chrono::Utc::now() })
+        .to_string()
+        .into_bytes()
+    };
+    let poison: Vec<(&str, Vec<u8>)> = vec![
+        ("not json", b"\x00\x01 definitely not json".to_vec()),
+        ("missing event id", br#"{"event_name":"document.uploaded","firm_id":"00000000-0000-0000-0000-000000000001"}"#.to_vec()),
+        ("unknown event name", good("matter.exploded")),
+        ("ten MiB", vec![b'{'; 10 * 1024 * 1024]),
+    ];
+    for (_, body) in &poison {
+        ch.basic_publish(
+            ex.as_str().into(),
+            "document.uploaded".into(),
+            BasicPublishOptions::default(),
+            body,
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    // A valid event after the poison is still consumed.
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let _relay = Relay::new(r.opts.clone()).start();
+    eventually(
+        Duration::from_secs(20),
+        "the valid event after the poison",
+        || async { served(&r.db, firm, matter).await.then_some(()) },
+    )
+    .await;
+
+    let mut reasons = Vec::new();
+    for _ in 0..poison.len() {
+        let got = eventually(Duration::from_secs(10), "a dead letter", || async {
+            ch.basic_get(
+                r.scope.topology.dead_queue.as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap()
+        })
+        .await;
+        let headers = got.delivery.properties.headers().clone().unwrap();
+        match headers.inner().get("x-briefrail-reason") {
+            Some(AMQPValue::LongString(s)) => {
+                reasons.push(String::from_utf8_lossy(s.as_bytes()).into_owned())
+            }
+            other => panic!("dead letter without a reason: {other:?}"),
+        }
+    }
+    assert!(reasons[0].contains("not a nudge"), "{reasons:?}");
+    assert!(reasons[1].contains("event_id"), "{reasons:?}");
+    assert!(reasons[2].contains("does not hear"), "{reasons:?}");
+    assert!(reasons[3].contains("exceeds"), "{reasons:?}");
+    assert_eq!(get(&r.opts.metrics.dead_lettered), 4);
+}
+
+#[actix_rt::test]
+async fn two_relays_drain_five_thousand_events_without_loss_or_double_publish() {
+    let r = rig(Duration::from_secs(600)).await;
+    let ch = channel().await;
+    // A tap on every event name, to count what reached the broker.
+    let tap = format!("{}.tap", r.scope.prefix);
+    ch.queue_declare(
+        tap.as_str().into(),
+        QueueDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_bind(
+        tap.as_str().into(),
+        r.scope.topology.events_exchange.as_str().into(),
+        "#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let mut deliveries = ch
+        .basic_consume(
+            tap.as_str().into(),
+            "tap".into(),
+            lapin::options::BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let firm = Uuid::new_v4();
+    let matter = Uuid::new_v4();
+    let mut c = r.db.pool.get().await.unwrap();
+    c.batch_execute(&format!(
+        "INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+         SELECT gen_random_uuid(), '{firm}', '{matter}', 'brief.requested' FROM generate_series(1, 5000)"
+    ))
+    .await
+    .unwrap();
+    let mut a = r.opts.clone();
+    a.node_id = "relay-a".into();
+    let mut b = r.opts.clone();
+    b.node_id = "relay-b".into();
+    let _ra = Relay::new(a).start();
+    let _rb = Relay::new(b).start();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while seen.len() < 5000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of 5000 reached the broker",
+            seen.len()
+        );
+        if let Ok(Some(Ok(d))) =
+            tokio::time::timeout(Duration::from_secs(5), deliveries.next()).await
+        {
+            *seen
+                .entry(d.properties.message_id().as_ref().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    // Give a double publish every chance to show up.
+    while let Ok(Some(Ok(d))) =
+        tokio::time::timeout(Duration::from_millis(1500), deliveries.next()).await
+    {
+        *seen
+            .entry(d.properties.message_id().as_ref().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} events published more than once",
+        twice.len()
+    );
+    assert_eq!(seen.len(), 5000);
+    eventually(
+        Duration::from_secs(20),
+        "every row marked published",
+        || async {
+            (count(
+                &r.db,
+                "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL",
+            )
+            .await
+                == 0)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn an_event_whose_transaction_commits_late_is_still_published() {
+    let r = rig(Duration::from_secs(600)).await;
+    let _relay = Relay::new(r.opts.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let firm = Uuid::new_v4();
+    let (early, late) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, early, "Early v. Late")
+        .await
+        .unwrap();
+    // A transaction takes a sequence value first and commits last.
+    let mut slow = r.db.connection().await.unwrap();
+    slow.batch_execute("BEGIN").await.unwrap();
+    slow.batch_execute(&format!(
+        "INSERT INTO record.matters (firm_id, matter_id, title) VALUES ('{firm}', '{late}', 'Late v. Early');
+         INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+         VALUES (gen_random_uuid(), '{firm}', '{late}', 'matter.created')"
+    ))
+    .await
+    .unwrap();
+    let later = Uuid::new_v4();
+    facts::create_matter(&mut c, firm, later, "Later v. Early")
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the later event to be served",
+        || async { served(&r.db, firm, later).await.then_some(()) },
+    )
+    .await;
+    slow.batch_execute("COMMIT").await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the late-committing event to be served",
+        || async { served(&r.db, firm, late).await.then_some(()) },
+    )
+    .await;
+    eventually(Duration::from_secs(20), "the early event", || async {
+        served(&r.db, firm, early).await.then_some(())
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn the_postgres_transport_applies_each_event_once_and_survives_late_commits() {
+    use briefrail::transport::postgres::{PgTransport, PgTransportOptions, drain_once};
+    let r = rig(Duration::from_secs(600)).await;
+    let opts = PgTransportOptions {
+        url: SecretUrl::new(r.db.url.clone()),
+        pool: r.db.pool.clone(),
+        poll: Duration::from_millis(200),
+        batch: 50,
+        metrics: r.opts.metrics.clone(),
+    };
+    let firm = Uuid::new_v4();
+    let (a, late) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, a, "A v. B")
+        .await
+        .unwrap();
+    let mut slow = r.db.connection().await.unwrap();
+    slow.batch_execute("BEGIN").await.unwrap();
+    slow.batch_execute(&format!(
+        "INSERT INTO record.matters (firm_id, matter_id, title) VALUES ('{firm}', '{late}', 'Late v. B');
+         INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+         VALUES (gen_random_uuid(), '{firm}', '{late}', 'matter.created')"
+    ))
+    .await
+    .unwrap();
+    let _t = PgTransport::new(opts.clone(), r.node.supervisor.clone()).start();
+    eventually(
+        Duration::from_secs(20),
+        "served over LISTEN/NOTIFY",
+        || async { served(&r.db, firm, a).await.then_some(()) },
+    )
+    .await;
+    slow.batch_execute("COMMIT").await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the late commit served",
+        || async { served(&r.db, firm, late).await.then_some(()) },
+    )
+    .await;
+
+    // A duplicate (the same event offered again, as after a crash before the mark): no effect.
+    let before = reads::job(&mut c, firm, a).await.unwrap().unwrap();
+    c.batch_execute("UPDATE ops.domain_event_outbox SET published_at = NULL")
+        .await
+        .unwrap();
+    let taken = drain_once(&opts, &r.node.supervisor).await.unwrap();
+    assert_eq!(taken, 2);
+    assert_eq!(
+        reads::job(&mut c, firm, a)
+            .await
+            .unwrap()
+            .unwrap()
+            .requested_generation,
+        before.requested_generation
+    );
+    assert!(get(&r.opts.metrics.events_duplicate) >= 2);
+    assert_eq!(
+        count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await,
+        2
+    );
+}
