@@ -9,13 +9,17 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = Cli::parse();
-    let settings = match Settings::load(args.config.as_deref()) {
+    let mut settings = match Settings::load(args.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("briefrail: {e}");
             return ExitCode::from(2);
         }
     };
+    if matches!(args.command, cli::Command::Demo) && std::env::var_os("RUST_LOG").is_none() {
+        // The demo narrates on stdout; logs would only interleave with it.
+        settings.log.level = "error,lapin=off".into();
+    }
     briefrail::surface::logging::init(&settings.log);
     if let cli::Command::Run = args.command {
         let settings = std::sync::Arc::new(settings);
@@ -27,6 +31,10 @@ fn main() -> ExitCode {
             briefrail::surface::run::termination(),
         ));
         return finish(result);
+    }
+    if let cli::Command::Demo = args.command {
+        let system = actix_rt::System::new();
+        return finish(system.block_on(briefrail::surface::demo::run(&settings)));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -146,3 +146,62 @@ pub async fn status(
         latest_frame,
     })
 }
+
+/// Fleet-wide figures for `/metrics` and the status page, read from the ledger (so every node
+/// reports the same truth).
+#[derive(Debug, Clone, Default, Serialize, diesel::QueryableByName)]
+pub struct LedgerGauges {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub outbox_backlog: i64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub oldest_unpublished_seconds: f64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub unserved_matters: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub running_builds: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub failed_matters: i64,
+}
+
+pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
+    Ok(diesel::sql_query(
+        "SELECT
+           (SELECT count(*) FROM ops.domain_event_outbox WHERE published_at IS NULL) AS outbox_backlog,
+           coalesce((SELECT extract(epoch FROM now() - min(created_at))::float8
+                       FROM ops.domain_event_outbox WHERE published_at IS NULL), 0) AS oldest_unpublished_seconds,
+           (SELECT count(*) FROM ops.matter_frame_jobs WHERE landed_generation < requested_generation) AS unserved_matters,
+           (SELECT count(*) FROM ops.matter_frame_jobs WHERE run_status = 'running') AS running_builds,
+           (SELECT count(*) FROM ops.matter_frame_jobs WHERE run_status = 'failed'
+                                                         AND landed_generation < requested_generation) AS failed_matters",
+    )
+    .get_result(conn)
+    .await?)
+}
+
+/// Matters with unserved demand, oldest first (the status page).
+pub async fn unserved_jobs(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<JobRow>> {
+    use ops::matter_frame_jobs::dsl as j;
+    Ok(j::matter_frame_jobs
+        .filter(j::landed_generation.lt(j::requested_generation))
+        .order(j::updated_at.asc())
+        .limit(limit)
+        .select(JobRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Recent runs with one of `outcomes`, newest first (the status page).
+pub async fn recent_runs(
+    conn: &mut AsyncPgConnection,
+    outcomes: &[&str],
+    limit: i64,
+) -> Result<Vec<RunRow>> {
+    use ops::matter_frame_runs::dsl as r;
+    Ok(r::matter_frame_runs
+        .filter(r::outcome.eq_any(outcomes))
+        .order(r::started_at.desc())
+        .limit(limit)
+        .select(RunRow::as_select())
+        .load(conn)
+        .await?)
+}

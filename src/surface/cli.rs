@@ -34,6 +34,8 @@ pub enum Command {
     Migrate,
     /// Run a node: claim, build and commit Briefs until SIGTERM or Ctrl-C.
     Run,
+    /// Play the seed article's three scenes on a fresh database of its own, narrated.
+    Demo,
     /// Matters of the record.
     #[command(subcommand)]
     Matter(MatterCommand),
@@ -156,7 +158,7 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
     let mut conn = pool.get().await?;
     match command {
         Command::Migrate => unreachable!("handled above"),
-        Command::Run => {
+        Command::Run | Command::Demo => {
             return Err(Error::InvalidInput(
                 "`run` needs the actor system: call surface::run::run".into(),
             ));

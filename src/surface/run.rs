@@ -62,8 +62,15 @@ pub async fn run(
             .await?
         }
     };
+    let (_addr, http) = crate::surface::http::serve(crate::surface::http::HttpState {
+        settings: settings.clone(),
+        pool: pool.clone(),
+        metrics: metrics.clone(),
+        node_id: node.context.node_id.clone(),
+    })?;
     tracing::info!(node_id = %node.context.node_id, transport = ?settings.transport.kind, "briefrail is running");
     shutdown.await;
+    http.stop(true).await;
     // Stop hearing new events first, then drain builds.
     let _ = transport.send(crate::actors::node::StopActor).await;
     node.shutdown(Duration::from_secs_f64(settings.shutdown.grace_seconds))
