@@ -1,0 +1,323 @@
+//! The operator surface over a real socket: status codes, JSON shapes, metrics that move, auth;
+//! and no password in any log line or error message.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Actor;
+use briefrail::actors::{Node, NodeOptions};
+use briefrail::build::brief::BriefBuilder;
+use briefrail::config::{Settings, TransportKind};
+use briefrail::ledger::facts;
+use briefrail::metrics::Metrics;
+use briefrail::secret::SecretUrl;
+use briefrail::surface::http::{HttpState, serve};
+use briefrail::testing::TestDb;
+use briefrail::transport::postgres::{PgTransport, PgTransportOptions};
+use common::{eventually, scratch_dir, spawn_node};
+use uuid::Uuid;
+
+const TOKEN: &str = "s3cret-admin-token";
+
+#[actix_rt::test]
+async fn the_admin_api_answers_over_a_real_socket() {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.trigger.debounce_ms = 10;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = TOKEN.into();
+    let s = Arc::new(s);
+    let metrics = Arc::new(Metrics::default());
+    let mut o = NodeOptions::new(Arc::new(BriefBuilder));
+    o.metrics = metrics.clone();
+    let node = Node::start(s.clone(), db.pool.clone(), o);
+    let _t = PgTransport::new(
+        PgTransportOptions {
+            url: s.database.url.clone(),
+            pool: db.pool.clone(),
+            poll: Duration::from_millis(100),
+            batch: 50,
+            metrics: metrics.clone(),
+        },
+        node.supervisor.clone(),
+    )
+    .start();
+    let (addr, handle) = serve(HttpState {
+        settings: s.clone(),
+        pool: db.pool.clone(),
+        metrics,
+        node_id: "node".into(),
+    })
+    .unwrap();
+    let base = format!("http://{addr}");
+    let client = awc::Client::default();
+    let auth = ("authorization", format!("Bearer {TOKEN}"));
+
+    let r = client.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let mut r = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ready: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["migrations"], "ok");
+
+    let metric = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.split(' ').nth(1))
+            .unwrap_or("NaN")
+            .parse()
+            .unwrap()
+    };
+    let mut r = client.get(format!("{base}/metrics")).send().await.unwrap();
+    let text = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    for name in [
+        "briefrail_builds_started_total",
+        "briefrail_builds_landed_total",
+        "briefrail_builds_fenced_total",
+        "briefrail_builds_failed_total",
+        "briefrail_builds_lease_expired_total",
+        "briefrail_claim_conflicts_total",
+        "briefrail_demands_coalesced_total",
+        "briefrail_outbox_backlog",
+        "briefrail_outbox_oldest_unpublished_seconds",
+        "briefrail_matters_unserved",
+        "briefrail_dead_lettered_total",
+        "briefrail_build_duration_seconds_count",
+    ] {
+        assert!(
+            text.contains(&format!("\n{name} ")) || text.starts_with(&format!("{name} ")),
+            "metric {name} missing"
+        );
+    }
+    assert_eq!(metric(&text, "briefrail_builds_landed_total"), 0.0);
+
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let path = format!("{base}/api/firms/{firm}/matters/{matter}");
+
+    assert_eq!(
+        client.get(&path).send().await.unwrap().status(),
+        401,
+        "no token"
+    );
+    assert_eq!(
+        client
+            .get(&path)
+            .insert_header(("authorization", "Bearer wrong"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        client.get(&base).send().await.unwrap().status(),
+        401,
+        "the status page needs the token too"
+    );
+    assert_eq!(
+        client
+            .get(format!("{base}/api/firms/nope/matters/{matter}"))
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    let unknown = format!("{base}/api/firms/{firm}/matters/{}", Uuid::new_v4());
+    assert_eq!(
+        client
+            .get(&unknown)
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        client
+            .post(format!("{unknown}/brief-requests"))
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+
+    let mut r = client
+        .post(format!("{path}/brief-requests"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let accepted: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        accepted["event_id"]
+            .as_str()
+            .is_some_and(|s| Uuid::parse_str(s).is_ok())
+    );
+
+    let status = eventually(Duration::from_secs(20), "the matter to be served", || {
+        let (client, path, auth) = (client.clone(), path.clone(), auth.clone());
+        async move {
+            let mut r = client.get(&path).insert_header(auth).send().await.ok()?;
+            let v: serde_json::Value = r.json().await.ok()?;
+            (v["unserved"] == false && v["latest_frame"].is_object()).then_some(v)
+        }
+    })
+    .await;
+    assert_eq!(status["title"], "Acme v. Globex");
+    assert_eq!(status["job"]["run_status"], "idle");
+    assert_eq!(status["runs"][0]["outcome"], "landed");
+    assert!(status["latest_frame"]["generation"].as_i64().unwrap() > 0);
+
+    let mut r = client.get(format!("{base}/metrics")).send().await.unwrap();
+    let text = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    assert!(
+        metric(&text, "briefrail_builds_landed_total") >= 1.0,
+        "the landed counter moved"
+    );
+    assert!(metric(&text, "briefrail_build_duration_seconds_count") >= 1.0);
+    assert_eq!(metric(&text, "briefrail_matters_unserved"), 0.0);
+
+    let mut r = client
+        .get(&base)
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let html = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    assert!(html.contains("Matters with unserved demand") && html.contains("Builds running now"));
+
+    facts::archive_matter(&mut c, firm, matter).await.unwrap();
+    assert_eq!(
+        client
+            .post(format!("{path}/brief-requests"))
+            .insert_header(auth)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        409
+    );
+    handle.stop(true).await;
+}
+
+#[test]
+fn a_node_bound_beyond_loopback_without_a_token_refuses_to_start() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .arg("run")
+        .env("BRIEFRAIL__HTTP__BIND", "0.0.0.0:18080")
+        .env("BRIEFRAIL__HTTP__TOKEN", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http.token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_log_line_or_error_message_contains_a_password() {
+    let db = TestDb::new(2).await.unwrap();
+    let dir = scratch_dir("secrets");
+    // Trust auth accepts any password, so the node runs with one in its URL and logs at debug.
+    let with_pw = db.url.replace("postgres@", "postgres:hunter2-db-pw@");
+    assert!(with_pw.contains("hunter2-db-pw"));
+    let mut node = spawn_node(
+        &db,
+        &dir,
+        "node-pw",
+        &[
+            ("BRIEFRAIL__DATABASE__URL", &with_pw),
+            ("BRIEFRAIL__LOG__FORMAT", "json"),
+        ],
+    );
+    let firm = Uuid::new_v4();
+    let mut c = db.pool.get().await.unwrap();
+    let matter = Uuid::new_v4();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "a build on the node with a password",
+        || async {
+            let mut c = db.pool.get().await.unwrap();
+            briefrail::ledger::reads::job(&mut c, firm, matter)
+                .await
+                .unwrap()
+                .filter(|j| j.landed_generation > 0)
+                .map(|_| ())
+        },
+    )
+    .await;
+    node.signal("-TERM");
+    node.wait_exit(Duration::from_secs(10)).expect("exits");
+    let log = node.log_text();
+    assert!(
+        log.contains("frame landed"),
+        "the node logged its work:\n{log}"
+    );
+    assert!(
+        !log.contains("hunter2-db-pw"),
+        "a log line shows the database password"
+    );
+
+    // A broker that refuses the password: the error names the problem, never the password.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .arg("run")
+        .env("BRIEFRAIL__DATABASE__URL", &with_pw)
+        .env("BRIEFRAIL__TRANSPORT__KIND", "amqp")
+        .env(
+            "BRIEFRAIL__TRANSPORT__AMQP_URL",
+            "amqp://guest:wrong-broker-pw@127.0.0.1:5672/%2f",
+        )
+        .env("BRIEFRAIL__HTTP__BIND", "127.0.0.1:0")
+        .env("BRIEFRAIL__LOG__LEVEL", "debug")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("broker"), "{all}");
+    assert!(
+        !all.contains("wrong-broker-pw") && !all.contains("hunter2-db-pw"),
+        "{all}"
+    );
+    // And a config error about the URL itself.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .args([
+            "status",
+            "--firm",
+            &firm.to_string(),
+            "--matter",
+            &matter.to_string(),
+        ])
+        .env(
+            "BRIEFRAIL__DATABASE__URL",
+            "postgres://app:hunter2-db-pw@127.0.0.1:5432",
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("database.url") && !err.contains("hunter2-db-pw"),
+        "{err}"
+    );
+}
