@@ -77,7 +77,11 @@ async fn main() -> briefrail::Result<()> {
         .batch_execute("CREATE TABLE IF NOT EXISTS app_brief_index (matter_id uuid PRIMARY KEY, token bigint NOT NULL, summary text NOT NULL)")
         .await?;
 
-    let node = Node::start(settings.clone(), pool.clone(), NodeOptions::new(Arc::new(SummaryBuilder)));
+    let node = Node::start(
+        settings.clone(),
+        pool.clone(),
+        NodeOptions::new(Arc::new(SummaryBuilder)),
+    );
     let _transport = PgTransport::new(
         PgTransportOptions {
             url: settings.database.url.clone(),
@@ -93,11 +97,19 @@ async fn main() -> briefrail::Result<()> {
     // The application's own transaction: its write and briefrail's outbox row commit together.
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut conn = pool.get().await?;
-    briefrail::ledger::facts::create_matter(&mut conn, firm, matter, "Initech v. Chotchkie's").await?;
+    briefrail::ledger::facts::create_matter(&mut conn, firm, matter, "Initech v. Chotchkie's")
+        .await?;
     let event = NewEvent::new(firm, matter, EventName::BRIEF_REQUESTED)?;
     conn.transaction(async move |tx| {
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS app_audit (at timestamptz DEFAULT now(), what text)").await?;
-        diesel::sql_query("INSERT INTO app_audit (what) VALUES ('counsel asked for a fresh Brief')").execute(tx).await?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS app_audit (at timestamptz DEFAULT now(), what text)",
+        )
+        .await?;
+        diesel::sql_query(
+            "INSERT INTO app_audit (what) VALUES ('counsel asked for a fresh Brief')",
+        )
+        .execute(tx)
+        .await?;
         record_event(tx, &event).await?;
         Ok::<_, briefrail::Error>(())
     })
@@ -114,16 +126,23 @@ async fn main() -> briefrail::Result<()> {
                     #[diesel(sql_type = diesel::sql_types::BigInt)]
                     token: i64,
                 }
-                let row: Row = diesel::sql_query("SELECT summary, token FROM app_brief_index WHERE matter_id = $1")
-                    .bind::<diesel::sql_types::Uuid, _>(matter)
-                    .get_result(&mut conn)
-                    .await?;
-                println!("landed token {} with the application's index row: {:?} (token {})", job.landed_generation, row.summary, row.token);
+                let row: Row = diesel::sql_query(
+                    "SELECT summary, token FROM app_brief_index WHERE matter_id = $1",
+                )
+                .bind::<diesel::sql_types::Uuid, _>(matter)
+                .get_result(&mut conn)
+                .await?;
+                println!(
+                    "landed token {} with the application's index row: {:?} (token {})",
+                    job.landed_generation, row.summary, row.token
+                );
                 node.shutdown(Duration::from_secs(5)).await;
                 return Ok(());
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(briefrail::Error::InvalidInput("the Brief did not land within 10 s".into()))
+    Err(briefrail::Error::InvalidInput(
+        "the Brief did not land within 10 s".into(),
+    ))
 }

@@ -1,0 +1,554 @@
+//! `cargo run --release --bin briefrail-bench`: every figure next to a baseline measured in
+//! the same run (raw SQL through tokio-postgres, a raw lapin publisher), printed as a table and
+//! written to `bench/results.json`. Absolute times drift on a shared machine; ratios do not.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Actor;
+use briefrail::actors::{Node, NodeOptions, Nudge};
+use briefrail::build::{BuildContext, Builder};
+use briefrail::config::{Settings, TransportKind};
+use briefrail::db::{self, Pool, admin};
+use briefrail::ledger::{Frame, facts, outbox};
+use briefrail::metrics::Metrics;
+use briefrail::secret::SecretUrl;
+use briefrail::transport::amqp::{self, AmqpOptions, Topology, message, relay};
+use briefrail::transport::postgres::{PgTransport, PgTransportOptions};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
+use serde_json::json;
+use uuid::Uuid;
+
+/// Builds nothing, at once (or after `delay`).
+struct NoOp(Duration);
+
+impl Builder for NoOp {
+    fn build<'a>(&'a self, _ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+        async move {
+            if !self.0.is_zero() {
+                tokio::time::sleep(self.0).await;
+            }
+            Ok(Frame::new(json!({})))
+        }
+        .boxed_local()
+    }
+}
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn settings(url: &str) -> Settings {
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(url.to_owned());
+    s.trigger.debounce_ms = 0;
+    s.trigger.max_wait_ms = 0;
+    s.sweeper.interval_seconds = 3600.0;
+    s.relay.poll_ms = 1000;
+    s
+}
+
+fn node(
+    url: &str,
+    pool: &Pool,
+    conns: usize,
+    builder: Arc<dyn Builder>,
+    tweak: impl FnOnce(&mut Settings),
+) -> Node {
+    let mut s = settings(url);
+    s.builders.concurrency = conns;
+    tweak(&mut s);
+    let mut o = NodeOptions::new(builder);
+    o.sweeper = false;
+    Node::start(Arc::new(s), pool.clone(), o)
+}
+
+async fn exec(pool: &Pool, sql: &str) -> R<()> {
+    pool.get().await?.batch_execute(sql).await?;
+    Ok(())
+}
+
+async fn scalar(pool: &Pool, sql: &str) -> R<i64> {
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    Ok(diesel::sql_query(sql)
+        .get_result::<N>(&mut pool.get().await?)
+        .await?
+        .n)
+}
+
+async fn until(pool: &Pool, sql: &str, limit: Duration) -> R<()> {
+    let deadline = Instant::now() + limit;
+    while scalar(pool, sql).await? != 0 {
+        if Instant::now() > deadline {
+            return Err(format!("timed out: {sql}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// Raw baseline: the same statements (claim; BEGIN, commit CAS, frame insert, COMMIT) from
+/// tokio-postgres with prepared statements, `conns` connections, over `matters`.
+async fn raw_cycles(url: &str, conns: usize, matters: &[(Uuid, Uuid)], rounds: usize) -> R<f64> {
+    let mut handles = Vec::new();
+    let per = matters.len() / conns;
+    let start = Instant::now();
+    for w in 0..conns {
+        let mine: Vec<(Uuid, Uuid)> = matters[w * per..(w + 1) * per].to_vec();
+        let url = url.to_owned();
+        handles.push(tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            let claim = client.prepare("SELECT ops.claim($1, $2, 60, $3, 'raw', NULL, '{}')").await?;
+            let cas = client.prepare("SELECT ops.commit_claim($1, $2, $3, $4, $5, 'raw')").await?;
+            let frame = client
+                .prepare("INSERT INTO ops.matter_frames (firm_id, matter_id, generation, run_id, body) VALUES ($1, $2, $3, $4, '{}')")
+                .await?;
+            let mut n = 0u64;
+            for _ in 0..rounds {
+                for (f, m) in &mine {
+                    let run = Uuid::new_v4();
+                    let token: Option<i64> = client.query_one(&claim, &[f, m, &run]).await?.get(0);
+                    let Some(token) = token else { continue };
+                    client.batch_execute("BEGIN").await?;
+                    let _: Option<i64> = client.query_one(&cas, &[f, m, &token, &run, &Uuid::new_v4()]).await?.get(0);
+                    tokio_postgres::Client::execute(&client, &frame, &[f, m, &token, &run]).await?;
+                    client.batch_execute("COMMIT").await?;
+                    n += 1;
+                }
+            }
+            Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(n)
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await?.map_err(|e| e.to_string())?;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Through the full runtime: demand every matter (one statement), nudge each, wait for all to
+/// land; repeated `rounds` times.
+async fn runtime_cycles(
+    url: &str,
+    pool: &Pool,
+    conns: usize,
+    firm: Uuid,
+    matters: &[(Uuid, Uuid)],
+    rounds: usize,
+) -> R<f64> {
+    let n = node(url, pool, conns, Arc::new(NoOp(Duration::ZERO)), |_| {});
+    let start = Instant::now();
+    for _ in 0..rounds {
+        exec(pool, &format!("UPDATE ops.matter_frame_jobs SET requested_generation = requested_generation + 1 WHERE firm_id = '{firm}'")).await?;
+        for (f, m) in matters {
+            n.nudge(Nudge::matter(*f, *m));
+        }
+        until(pool, &format!("SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND (landed_generation < requested_generation OR run_status = 'running')"), Duration::from_secs(120)).await?;
+    }
+    let rate = (matters.len() * rounds) as f64 / start.elapsed().as_secs_f64();
+    n.shutdown(Duration::from_secs(1)).await;
+    Ok(rate)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Outbox commit → build start (both stamped by the database clock), `n` events on distinct
+/// matters, one at a time.
+async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f64, f64, f64)> {
+    let nd = node(url, pool, 4, Arc::new(NoOp(Duration::ZERO)), |_| {});
+    let metrics = Arc::new(Metrics::default());
+    let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let mut s = settings(url);
+    s.transport.prefix = prefix.clone();
+    let stop: actix::Recipient<briefrail::actors::node::StopActor> = match kind {
+        TransportKind::Amqp => {
+            amqp::start(&s, pool.clone(), metrics.clone(), nd.supervisor.clone()).await?
+        }
+        TransportKind::Postgres => PgTransport::new(
+            PgTransportOptions {
+                url: s.database.url.clone(),
+                pool: pool.clone(),
+                poll: Duration::from_secs(1),
+                batch: 100,
+                metrics,
+            },
+            nd.supervisor.clone(),
+        )
+        .start()
+        .recipient(),
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let firm = Uuid::new_v4();
+    let mut c = pool.get().await?;
+    let mut lat = Vec::new();
+    for _ in 0..n {
+        let matter = Uuid::new_v4();
+        facts::create_matter(&mut c, firm, matter, "Bench v. Mark").await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            #[derive(diesel::QueryableByName)]
+            struct L {
+                #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Double>)]
+                ms: Option<f64>,
+            }
+            let l: L = diesel::sql_query(format!(
+                "SELECT extract(epoch FROM (r.started_at - o.created_at)) * 1000 AS ms
+                   FROM ops.domain_event_outbox o JOIN ops.matter_frame_runs r USING (firm_id, matter_id)
+                  WHERE o.matter_id = '{matter}'"
+            ))
+            .get_result(&mut c)
+            .await
+            .unwrap_or(L { ms: None });
+            if let Some(ms) = l.ms {
+                lat.push(ms);
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("a nudge never arrived".into());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(briefrail::actors::node::StopActor).await;
+    nd.shutdown(Duration::from_secs(1)).await;
+    if kind == TransportKind::Amqp {
+        cleanup(&s.transport.amqp_url, &Topology::new(&prefix)).await;
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok((
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        *lat.last().unwrap_or(&f64::NAN),
+    ))
+}
+
+async fn cleanup(url: &SecretUrl, t: &Topology) {
+    if let Ok(conn) = amqp::connect(url, "bench-cleanup").await {
+        if let Ok(ch) = conn.create_channel().await {
+            for q in [&t.trigger_queue, &t.dead_queue] {
+                let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+            }
+            for x in [&t.events_exchange, &t.dead_exchange] {
+                let _ = ch
+                    .exchange_delete(x.as_str().into(), Default::default())
+                    .await;
+            }
+        }
+        let _ = conn.close(200, "bench".into()).await;
+    }
+}
+
+/// Relay (lease rows, publish with confirms, mark) against a raw lapin publisher with the same
+/// confirm window, `n` events each.
+async fn relay_rates(url: &str, pool: &Pool, n: usize, window: i64) -> R<(f64, f64)> {
+    let mut s = settings(url);
+    s.transport.prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    s.relay.batch = window as u32;
+    let topo = Topology::new(&s.transport.prefix);
+    let conn = amqp::connect(&s.transport.amqp_url, "bench-relay").await?;
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(Default::default()).await?;
+    topo.declare(&ch).await?;
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    exec(pool, &format!(
+        "INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+         SELECT gen_random_uuid(), '{firm}', '{matter}', 'brief.requested' FROM generate_series(1, {n})"
+    ))
+    .await?;
+    // Raw: the same messages, `window` publishes then all their confirms.
+    let rows = {
+        let mut c = pool.get().await?;
+        outbox::lock_unpublished(&mut c, n as i64).await?
+    };
+    let start = Instant::now();
+    for chunk in rows.chunks(window as usize) {
+        let mut confirms = Vec::with_capacity(chunk.len());
+        for r in chunk {
+            let (body, props) = message::encode(&r.envelope());
+            confirms.push(
+                ch.basic_publish(
+                    topo.events_exchange.as_str().into(),
+                    r.event_name.as_str().into(),
+                    lapin::options::BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    },
+                    &body,
+                    props,
+                )
+                .await?,
+            );
+        }
+        for c in confirms {
+            c.await?;
+        }
+    }
+    let raw = n as f64 / start.elapsed().as_secs_f64();
+    ch.queue_purge(topo.trigger_queue.as_str().into(), Default::default())
+        .await?;
+    let mut opts = AmqpOptions::from_settings(&s, pool.clone(), Arc::new(Metrics::default()));
+    opts.relay_batch = window;
+    let start = Instant::now();
+    while relay::publish_batch(&ch, &opts).await? > 0 {}
+    let ours = n as f64 / start.elapsed().as_secs_f64();
+    ch.queue_purge(topo.trigger_queue.as_str().into(), Default::default())
+        .await?;
+    cleanup(&s.transport.amqp_url, &topo).await;
+    Ok((ours, raw))
+}
+
+/// Builds caused by a burst of `n` demands on one matter (build time 50 ms, default debounce).
+async fn coalescing(url: &str, pool: &Pool, n: usize) -> R<i64> {
+    let nd = node(
+        url,
+        pool,
+        4,
+        Arc::new(NoOp(Duration::from_millis(50))),
+        |s| {
+            s.trigger.debounce_ms = 250;
+            s.trigger.max_wait_ms = 2000;
+        },
+    );
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = pool.get().await?;
+    for _ in 0..n {
+        briefrail::ledger::transitions::demand(&mut c, firm, matter).await?;
+        nd.nudge(Nudge::matter(firm, matter));
+    }
+    until(pool, &format!("SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE matter_id = '{matter}' AND (landed_generation < requested_generation OR run_status = 'running')"), Duration::from_secs(60)).await?;
+    nd.shutdown(Duration::from_secs(1)).await;
+    scalar(
+        pool,
+        &format!("SELECT count(*) AS n FROM ops.matter_frame_runs WHERE matter_id = '{matter}'"),
+    )
+    .await
+}
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+/// Resident memory with `n` matters demanded once: at the peak of live matter actors.
+async fn scale(url: &str, pool: &Pool, n: usize) -> R<(f64, f64, usize)> {
+    let before = rss_mib();
+    let nd = node(url, pool, 8, Arc::new(NoOp(Duration::ZERO)), |s| {
+        s.trigger.idle_seconds = 600.0
+    });
+    let firm = Uuid::new_v4();
+    exec(
+        pool,
+        &format!(
+            "INSERT INTO ops.matter_frame_jobs (firm_id, matter_id, requested_generation)
+         SELECT '{firm}', gen_random_uuid(), 1 FROM generate_series(1, {n})"
+        ),
+    )
+    .await?;
+    #[derive(diesel::QueryableByName)]
+    struct M {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        matter_id: Uuid,
+    }
+    let ms: Vec<M> = diesel::sql_query(format!(
+        "SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}'"
+    ))
+    .load(&mut pool.get().await?)
+    .await?;
+    for m in &ms {
+        nd.nudge(Nudge::matter(firm, m.matter_id));
+    }
+    until(pool, &format!("SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND (landed_generation < requested_generation OR run_status = 'running')"), Duration::from_secs(600)).await?;
+    let actors = nd.actor_count().await;
+    let peak = rss_mib();
+    nd.shutdown(Duration::from_secs(1)).await;
+    Ok((before, peak, actors))
+}
+
+/// Median time of the sweep and reconcile statements with `n` job rows.
+async fn big_table(pool: &Pool, n: usize) -> R<(f64, f64)> {
+    let firm = Uuid::new_v4();
+    exec(pool, &format!(
+        "INSERT INTO ops.matter_frame_jobs (firm_id, matter_id, requested_generation, claimed_generation, landed_generation, run_status, claimed_at)
+         SELECT '{firm}', gen_random_uuid(), 3, 3, 3, 'idle', now() - interval '1 hour' FROM generate_series(1, {n});
+         UPDATE ops.matter_frame_jobs SET run_status = 'running', claimed_at = now() - interval '2 hours'
+          WHERE firm_id = '{firm}' AND matter_id IN (SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' LIMIT 50);
+         UPDATE ops.matter_frame_jobs SET requested_generation = 4, updated_at = now() - interval '1 hour'
+          WHERE firm_id = '{firm}' AND run_status = 'idle' AND matter_id IN (SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND run_status = 'idle' LIMIT 50);
+         ANALYZE ops.matter_frame_jobs;"
+    ))
+    .await?;
+    let mut c = pool.get().await?;
+    let (mut sweep, mut rec) = (Vec::new(), Vec::new());
+    for _ in 0..11 {
+        let t = Instant::now();
+        // Lease of 3 hours: nothing expires, so every pass scans the same rows.
+        briefrail::ledger::transitions::sweep(&mut c, Duration::from_secs(3 * 3600), 500).await?;
+        sweep.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        briefrail::ledger::transitions::unserved(&mut c, 5, 500, Duration::from_secs(1)).await?;
+        rec.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    sweep.sort_by(|a, b| a.total_cmp(b));
+    rec.sort_by(|a, b| a.total_cmp(b));
+    Ok((pct(&sweep, 0.5), pct(&rec, 0.5)))
+}
+
+#[actix_rt::main]
+async fn main() -> R<()> {
+    let server = std::env::var("BRIEFRAIL_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/briefrail_bench".into());
+    let name = admin::split_url(&server)?.0;
+    admin::drop_database(&server, &name).await?;
+    admin::create_database_if_missing(&server).await?;
+    db::migrate::run_pending(&server).await?;
+    let url = server.clone();
+    let conns = 4usize;
+    let pool = db::connect(&db::PoolOptions::new(url.clone()).size(conns as u32 * 2 + 2)).await?;
+    let mut results = serde_json::Map::new();
+    println!(
+        "briefrail-bench ({}, {} cores)",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+
+    // 1. Ledger throughput.
+    let firm = Uuid::new_v4();
+    let matters: Vec<(Uuid, Uuid)> = (0..1000).map(|_| (firm, Uuid::new_v4())).collect();
+    {
+        let mut c = pool.get().await?;
+        for (f, m) in &matters {
+            briefrail::ledger::transitions::demand(&mut c, *f, *m).await?;
+        }
+    }
+    let raw = raw_cycles(&url, conns, &matters, 3).await?;
+    let ours = runtime_cycles(&url, &pool, conns, firm, &matters, 3).await?;
+    println!(
+        "\n{:<58} {:>10} {:>10} {:>7}",
+        "figure", "briefrail", "baseline", "ratio"
+    );
+    println!(
+        "{:<58} {:>10.0} {:>10.0} {:>7.2}",
+        format!("ledger claim→commit cycles/s, 1,000 matters, {conns} conns"),
+        ours,
+        raw,
+        ours / raw
+    );
+    results.insert("ledger_cycles_per_s".into(), json!({"briefrail": ours, "raw_sql": raw, "ratio": ours / raw, "connections": conns, "matters": 1000}));
+
+    // 2. Nudge latency.
+    for (label, kind) in [
+        ("amqp", TransportKind::Amqp),
+        ("postgres", TransportKind::Postgres),
+    ] {
+        match latency(&url, &pool, kind, 200).await {
+            Ok((p50, p99, max)) => {
+                println!(
+                    "{:<58} {:>10} {:>10} {:>7}",
+                    format!("nudge latency {label}: outbox commit → build start, ms"),
+                    format!("p50 {p50:.1}"),
+                    format!("p99 {p99:.1}"),
+                    format!("max {max:.0}")
+                );
+                results.insert(
+                    format!("nudge_latency_ms_{label}"),
+                    json!({"p50": p50, "p99": p99, "max": max, "events": 200, "debounce_ms": 0}),
+                );
+            }
+            Err(e) => println!("nudge latency {label}: skipped ({e})"),
+        }
+    }
+
+    // 3. Relay.
+    match relay_rates(&url, &pool, 20_000, 100).await {
+        Ok((ours, raw)) => {
+            println!(
+                "{:<58} {:>10.0} {:>10.0} {:>7.2}",
+                "relay events/s with confirms, window 100 (vs raw lapin)",
+                ours,
+                raw,
+                ours / raw
+            );
+            results.insert("relay_events_per_s".into(), json!({"briefrail": ours, "raw_lapin": raw, "ratio": ours / raw, "window": 100, "events": 20000}));
+        }
+        Err(e) => println!("relay: skipped ({e})"),
+    }
+
+    // 4. Coalescing.
+    let mut co = serde_json::Map::new();
+    for n in [1usize, 10, 100, 1000] {
+        let builds = coalescing(&url, &pool, n).await?;
+        println!(
+            "{:<58} {:>10} {:>10} {:>7}",
+            format!("builds per burst of {n} demands on one matter"),
+            builds,
+            "≤ 2",
+            if builds <= 2 { "ok" } else { "OVER" }
+        );
+        co.insert(n.to_string(), json!(builds));
+    }
+    results.insert("builds_per_burst".into(), serde_json::Value::Object(co));
+
+    // 5. Scale.
+    for n in [10_000usize, 100_000] {
+        let (before, peak, left) = scale(&url, &pool, n).await?;
+        println!(
+            "{:<58} {:>10.0} {:>10.0} {:>7}",
+            format!("resident MiB with {n} matters demanded once (vs before)"),
+            peak,
+            before,
+            format!("{left} act")
+        );
+        results.insert(
+            format!("rss_mib_{n}_matters"),
+            json!({"after": peak, "before": before, "live_actors": left}),
+        );
+    }
+    let (sweep, rec) = big_table(&pool, 1_000_000).await?;
+    println!(
+        "{:<58} {:>10.2} {:>10} {:>7}",
+        "sweep statement, 1,000,000 job rows, median ms",
+        sweep,
+        "< 50",
+        if sweep < 50.0 { "ok" } else { "SLOW" }
+    );
+    println!(
+        "{:<58} {:>10.2} {:>10} {:>7}",
+        "reconcile statement, 1,000,000 job rows, median ms",
+        rec,
+        "< 50",
+        if rec < 50.0 { "ok" } else { "SLOW" }
+    );
+    results.insert("sweep_ms_1m_rows".into(), json!(sweep));
+    results.insert("reconcile_ms_1m_rows".into(), json!(rec));
+
+    results.insert("measured_at".into(), json!(chrono::Utc::now()));
+    std::fs::create_dir_all("bench")?;
+    std::fs::write(
+        "bench/results.json",
+        serde_json::to_string_pretty(&serde_json::Value::Object(results))?,
+    )?;
+    println!("\nwritten: bench/results.json");
+    drop(pool);
+    admin::drop_database(&server, &name).await?;
+    Ok(())
+}
