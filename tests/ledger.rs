@@ -25,6 +25,7 @@ fn req(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
         node_id: NODE.into(),
         trace_id: None,
         event_ids: vec![],
+        only_if_unserved: false,
     }
 }
 
@@ -81,6 +82,7 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
         match task.await.expect("task") {
             ClaimOutcome::Won(c) => winners.push(c),
             ClaimOutcome::Recorded { .. } => recorded += 1,
+            ClaimOutcome::Served => panic!("the plain claim never reports Served"),
         }
     }
     assert_eq!(winners.len(), 1, "exactly one token: {winners:?}");
@@ -291,6 +293,7 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
         });
         let landed = committer.await.unwrap();
         match demander.await.unwrap() {
+            ClaimOutcome::Served => panic!("the plain claim never reports Served"),
             ClaimOutcome::Won(c) => {
                 won_after += 1;
                 assert_eq!(landed, Landed::Idle);
@@ -764,4 +767,41 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
         );
     }
     assert_eq!(commit(&db, &claim).await.unwrap(), Landed::Idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_only_if_unserved_costs_nothing_on_a_served_row_but_serves_a_new_demand() {
+    let db = TestDb::new(2).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    let hinted = ClaimRequest {
+        only_if_unserved: true,
+        ..req(firm, matter, long())
+    };
+    t::demand(&mut c, firm, matter).await.unwrap();
+    let ClaimOutcome::Won(first) = t::claim_or_record(&mut c, &hinted).await.unwrap() else {
+        panic!("unserved: must win")
+    };
+    // While it runs, a hinted claim still records its demand on the running row.
+    assert!(matches!(
+        t::claim_or_record(&mut c, &hinted).await.unwrap(),
+        ClaimOutcome::Recorded { .. }
+    ));
+    let Landed::FollowUp(next) = commit(&db, &first).await.unwrap() else {
+        panic!("follow-up expected")
+    };
+    assert_eq!(commit(&db, &next).await.unwrap(), Landed::Idle);
+    let served = job(&db, firm, matter).await;
+    // A stale nudge on a served row: no claim, no bump, no build.
+    assert_eq!(
+        t::claim_or_record(&mut c, &hinted).await.unwrap(),
+        ClaimOutcome::Served
+    );
+    assert_eq!(job(&db, firm, matter).await, served);
+    // A new demand makes it claimable again.
+    t::demand(&mut c, firm, matter).await.unwrap();
+    assert!(matches!(
+        t::claim_or_record(&mut c, &hinted).await.unwrap(),
+        ClaimOutcome::Won(_)
+    ));
 }

@@ -6,5 +6,5 @@ DROP FUNCTION ops.fail_claim(uuid, uuid, bigint, uuid, text, boolean, integer, d
 DROP FUNCTION ops.commit_claim(uuid, uuid, bigint, uuid, uuid, text);
 DROP FUNCTION ops.heartbeat(uuid, uuid, bigint, uuid);
 DROP FUNCTION ops.record_lost_claim(uuid, uuid);
-DROP FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[]);
+DROP FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean);
 DROP FUNCTION ops.demand(uuid, uuid);

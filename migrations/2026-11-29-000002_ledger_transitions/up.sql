@@ -28,8 +28,11 @@ $$;
 -- returned claimed_generation is the fencing token. Any run still open on an older token is
 -- closed as lease_expired (its worker is a zombie; if it ever tries to write, it is fenced).
 -- Returns NULL when a live build holds the matter: the caller must record a lost claim.
+-- With p_only_unserved, a row whose demand is all served is not claimed either (a stale or
+-- duplicated nudge costs no build); NULL is then ambiguous and the caller reads the row.
 CREATE FUNCTION ops.claim(p_firm uuid, p_matter uuid, p_lease_secs double precision,
-                          p_run_id uuid, p_node text, p_trace_id text, p_event_ids uuid[])
+                          p_run_id uuid, p_node text, p_trace_id text, p_event_ids uuid[],
+                          p_only_unserved boolean)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
     WITH claimed AS (
         INSERT INTO ops.matter_frame_jobs AS j
@@ -43,8 +46,9 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
             claimed_generation   = j.requested_generation + 1,
             claimed_at           = now(),
             updated_at           = now()
-        WHERE j.run_status <> 'running'
-           OR j.claimed_at < now() - make_interval(secs => p_lease_secs)
+        WHERE (j.run_status <> 'running'
+               OR j.claimed_at < now() - make_interval(secs => p_lease_secs))
+          AND (NOT p_only_unserved OR j.landed_generation < j.requested_generation)
         RETURNING j.firm_id, j.matter_id, j.claimed_generation
     ), superseded AS (
         UPDATE ops.matter_frame_runs r

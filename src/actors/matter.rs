@@ -20,8 +20,8 @@ use uuid::Uuid;
 use super::builder::{BuildDone, BuildOutcome, RunBuild, Slot};
 use super::node::NodeContext;
 use super::supervisor::{Idle, MatterKey, Nudge, Supervisor};
+use crate::ledger::Claim;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
-use crate::ledger::{Claim, reads};
 use crate::metrics::Metrics;
 use crate::trace::Traceparent;
 
@@ -144,15 +144,6 @@ async fn claim_cycle(
             return None;
         }
     };
-    // A nudge is a hint: claim only when the row says demand is unserved (or has no row yet).
-    match reads::job(&mut conn, key.firm_id, key.matter_id).await {
-        Ok(Some(job)) if !job.unserved() => return None,
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "cannot read the job row");
-            return None;
-        }
-    }
     // The run records the first demand's trace; the build span links every coalesced trace.
     let traces: Vec<String> = pending
         .traceparents
@@ -172,9 +163,12 @@ async fn claim_cycle(
         node_id: node.node_id.clone(),
         trace_id: trace_id.clone(),
         event_ids: pending.event_ids.clone(),
+        // A nudge is a hint: claim only when the row says some demand is unserved.
+        only_if_unserved: true,
     };
     match t::claim_or_record(&mut conn, &req).await {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
+        Ok(ClaimOutcome::Served) => None,
         Ok(ClaimOutcome::Recorded {
             requested_generation,
         }) => {

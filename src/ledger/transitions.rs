@@ -28,7 +28,8 @@ mod sql {
     diesel::define_sql_function! {
         #[sql_name = "ops.claim"]
         fn claim(firm: SqlUuid, matter: SqlUuid, lease_secs: Double, run_id: SqlUuid, node: Text,
-                 trace_id: Nullable<Text>, event_ids: Array<SqlUuid>) -> Nullable<BigInt>;
+                 trace_id: Nullable<Text>, event_ids: Array<SqlUuid>,
+            only_unserved: Bool) -> Nullable<BigInt>;
     }
     diesel::define_sql_function! {
         #[sql_name = "ops.record_lost_claim"]
@@ -72,6 +73,9 @@ pub struct ClaimRequest {
     pub trace_id: Option<String>,
     /// Event ids of the coalesced demands this build serves, recorded on the run.
     pub event_ids: Vec<Uuid>,
+    /// Claim only if some demand is unserved: a stale or duplicated nudge then costs nothing.
+    /// (The protocol's plain claim, `false`, always bumps the dispenser and builds.)
+    pub only_if_unserved: bool,
 }
 
 /// How failing builds are retried (config section `retry`).
@@ -113,6 +117,7 @@ pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<O
         &req.node_id,
         req.trace_id.as_deref(),
         &req.event_ids,
+        req.only_if_unserved,
     ))
     .get_result(conn)
     .await?;
@@ -144,6 +149,8 @@ pub enum ClaimOutcome {
     /// A live build holds the matter; this demand is recorded on its row (`rebuild_needed`), so
     /// the build's commit will re-claim for it.
     Recorded { requested_generation: i64 },
+    /// Only with [`ClaimRequest::only_if_unserved`]: every demand is already served.
+    Served,
 }
 
 /// **claim**, then the **lost-claim loop**: claim; if a build is running, record the demand on
@@ -165,6 +172,13 @@ pub async fn claim_or_record(
             return Ok(ClaimOutcome::Recorded {
                 requested_generation,
             });
+        }
+        // Not running, yet not claimed: with only_if_unserved that may mean all is served.
+        if req.only_if_unserved {
+            let job = super::reads::job(conn, req.firm_id, req.matter_id).await?;
+            if job.is_some_and(|j| !j.unserved() && j.run_status != "running") {
+                return Ok(ClaimOutcome::Served);
+            }
         }
     }
     Err(Error::InvalidInput(format!(
