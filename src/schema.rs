@@ -24,6 +24,7 @@ pub mod ops {
             publish_attempts -> Int4,
             last_error -> Nullable<Text>,
             next_attempt_at -> Nullable<Timestamptz>,
+            xact_id -> Int8,
         }
     }
 
@@ -40,6 +41,7 @@ pub mod ops {
             consecutive_failures -> Int4,
             not_before -> Nullable<Timestamptz>,
             updated_at -> Timestamptz,
+            claimed_snapshot -> Nullable<Text>,
         }
     }
 

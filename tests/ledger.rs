@@ -25,7 +25,7 @@ fn req(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
         node_id: NODE.into(),
         trace_id: None,
         event_ids: vec![],
-        only_if_unserved: false,
+        demand_recorded: false,
     }
 }
 
@@ -770,27 +770,41 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_only_if_unserved_costs_nothing_on_a_served_row_but_serves_a_new_demand() {
+async fn a_claim_after_a_recorded_demand_costs_no_extra_build() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
     let hinted = ClaimRequest {
-        only_if_unserved: true,
+        demand_recorded: true,
         ..req(firm, matter, long())
     };
     t::demand(&mut c, firm, matter).await.unwrap();
     let ClaimOutcome::Won(first) = t::claim_or_record(&mut c, &hinted).await.unwrap() else {
         panic!("unserved: must win")
     };
-    // While it runs, a hinted claim still records its demand on the running row.
-    assert!(matches!(
-        t::claim_or_record(&mut c, &hinted).await.unwrap(),
-        ClaimOutcome::Recorded { .. }
-    ));
+    // A demand while it runs is recorded by the trigger; the nudges of three nodes that heard
+    // it then find the build running and add nothing.
+    t::demand(&mut c, firm, matter).await.unwrap();
+    let during = job(&db, firm, matter).await;
+    for _ in 0..3 {
+        assert!(matches!(
+            t::claim_or_record(&mut c, &hinted).await.unwrap(),
+            ClaimOutcome::Recorded { .. }
+        ));
+    }
+    assert_eq!(
+        job(&db, firm, matter).await,
+        during,
+        "the row is untouched by the nudges"
+    );
     let Landed::FollowUp(next) = commit(&db, &first).await.unwrap() else {
-        panic!("follow-up expected")
+        panic!("one follow-up for the demand")
     };
-    assert_eq!(commit(&db, &next).await.unwrap(), Landed::Idle);
+    assert_eq!(
+        commit(&db, &next).await.unwrap(),
+        Landed::Idle,
+        "and no more"
+    );
     let served = job(&db, firm, matter).await;
     // A stale nudge on a served row: no claim, no bump, no build.
     assert_eq!(
@@ -804,4 +818,64 @@ async fn a_claim_only_if_unserved_costs_nothing_on_a_served_row_but_serves_a_new
         t::claim_or_record(&mut c, &hinted).await.unwrap(),
         ClaimOutcome::Won(_)
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demand_for_a_fact_the_running_build_already_reads_is_covered() {
+    use diesel::prelude::*;
+    let db = TestDb::new(4).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    let xact_of = async |c: &mut diesel_async::AsyncPgConnection, event: Uuid| -> i64 {
+        use briefrail::schema::ops::domain_event_outbox::dsl as o;
+        diesel_async::RunQueryDsl::first(
+            o::domain_event_outbox
+                .filter(o::event_id.eq(event))
+                .select(o::xact_id),
+            c,
+        )
+        .await
+        .unwrap()
+    };
+    facts::create_matter(&mut c, firm, matter, "A v. B")
+        .await
+        .unwrap();
+    // A fact whose transaction is still open when the claim is taken: not seen by the claim.
+    let mut slow = db.connection().await.unwrap();
+    slow.batch_execute("BEGIN").await.unwrap();
+    let late = briefrail::ledger::outbox::NewEvent::new(firm, matter, "brief.requested").unwrap();
+    briefrail::ledger::outbox::record_event(&mut slow, &late)
+        .await
+        .unwrap();
+    let before = facts::request_brief(&mut c, firm, matter).await.unwrap();
+    let claim = won(&db, firm, matter).await;
+    slow.batch_execute("COMMIT").await.unwrap();
+    // The fact committed before the claim is covered by the running build: no follow-up.
+    let x = xact_of(&mut c, before).await;
+    assert_eq!(
+        t::demand_for_event(&mut c, firm, matter, x).await.unwrap(),
+        None,
+        "covered"
+    );
+    assert!(!job(&db, firm, matter).await.rebuild_needed);
+    // The one that committed after the claim (though it began earlier) is not.
+    let x = xact_of(&mut c, late.event_id).await;
+    assert!(
+        t::demand_for_event(&mut c, firm, matter, x)
+            .await
+            .unwrap()
+            .is_some(),
+        "not covered"
+    );
+    assert!(job(&db, firm, matter).await.rebuild_needed);
+    let Landed::FollowUp(next) = commit(&db, &claim).await.unwrap() else {
+        panic!("the late fact needs a follow-up")
+    };
+    assert_eq!(commit(&db, &next).await.unwrap(), Landed::Idle);
+    // After landing, both facts are covered by the landed build's snapshot.
+    assert_eq!(
+        t::demand_for_event(&mut c, firm, matter, x).await.unwrap(),
+        None
+    );
+    assert!(!job(&db, firm, matter).await.unserved());
 }

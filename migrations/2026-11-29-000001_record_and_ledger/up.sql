@@ -44,6 +44,9 @@ CREATE TABLE ops.matter_frame_jobs (
     consecutive_failures integer     NOT NULL DEFAULT 0 CHECK (consecutive_failures >= 0),
     not_before           timestamptz,
     updated_at           timestamptz NOT NULL DEFAULT now(),
+    -- pg_current_snapshot() of the current or last claim: every fact whose transaction is
+    -- visible in it was committed before the claim, so that claim's build reads it.
+    claimed_snapshot     text,
     PRIMARY KEY (firm_id, matter_id),
     CHECK (0 <= landed_generation AND landed_generation <= claimed_generation
            AND claimed_generation <= requested_generation)
@@ -130,7 +133,10 @@ CREATE TABLE ops.domain_event_outbox (
     published_at    timestamptz,
     publish_attempts integer    NOT NULL DEFAULT 0,
     last_error      text,
-    next_attempt_at timestamptz
+    next_attempt_at timestamptz,
+    -- The recording transaction (pg_current_xact_id()): lets a demand tell whether a claim's
+    -- snapshot already saw this fact.
+    xact_id         bigint      NOT NULL DEFAULT (pg_current_xact_id()::text::bigint)
 );
 CREATE INDEX domain_event_outbox_unpublished
     ON ops.domain_event_outbox (seq) WHERE published_at IS NULL;

@@ -7,4 +7,4 @@ DROP FUNCTION ops.commit_claim(uuid, uuid, bigint, uuid, uuid, text);
 DROP FUNCTION ops.heartbeat(uuid, uuid, bigint, uuid);
 DROP FUNCTION ops.record_lost_claim(uuid, uuid);
 DROP FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean);
-DROP FUNCTION ops.demand(uuid, uuid);
+DROP FUNCTION ops.demand(uuid, uuid, bigint);

@@ -11,7 +11,11 @@
 
 -- demand: a fact asked for a fresh Brief. Bumps the dispenser; a demand that lands while a
 -- build runs leaves the breadcrumb. A new demand also restarts retries of a failing matter.
-CREATE FUNCTION ops.demand(p_firm uuid, p_matter uuid)
+-- When the fact's transaction (p_xact, from the outbox row) is visible in the snapshot of the
+-- running claim, or of the claim whose frame landed last, that build reads the fact already:
+-- the demand is covered and changes nothing (returns NULL). This is what keeps a burst that
+-- reaches the trigger slowly (a backlog, several consumers) at no more than one follow-up.
+CREATE FUNCTION ops.demand(p_firm uuid, p_matter uuid, p_xact bigint)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
     INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, requested_generation)
     VALUES (p_firm, p_matter, 1)
@@ -21,6 +25,11 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
         consecutive_failures = 0,
         not_before           = NULL,
         updated_at           = now()
+    WHERE p_xact IS NULL
+       OR j.claimed_snapshot IS NULL
+       OR NOT (j.run_status = 'running'
+               OR (j.run_status = 'idle' AND j.landed_generation = j.claimed_generation))
+       OR NOT pg_visible_in_snapshot(p_xact::text::xid8, j.claimed_snapshot::pg_snapshot)
     RETURNING requested_generation
 $$;
 
@@ -37,14 +46,15 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
     WITH claimed AS (
         INSERT INTO ops.matter_frame_jobs AS j
             (firm_id, matter_id, run_status, rebuild_needed,
-             requested_generation, claimed_generation, claimed_at, updated_at)
-        VALUES (p_firm, p_matter, 'running', false, 1, 1, now(), now())
+             requested_generation, claimed_generation, claimed_at, updated_at, claimed_snapshot)
+        VALUES (p_firm, p_matter, 'running', false, 1, 1, now(), now(), pg_current_snapshot()::text)
         ON CONFLICT (firm_id, matter_id) DO UPDATE SET
             run_status           = 'running',
             rebuild_needed       = false,
             requested_generation = j.requested_generation + 1,
             claimed_generation   = j.requested_generation + 1,
             claimed_at           = now(),
+            claimed_snapshot     = pg_current_snapshot()::text,
             updated_at           = now()
         WHERE (j.run_status <> 'running'
                OR j.claimed_at < now() - make_interval(secs => p_lease_secs))
@@ -112,6 +122,8 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
             claimed_generation   = CASE WHEN j.rebuild_needed THEN j.requested_generation + 1
                                         ELSE j.claimed_generation END,
             claimed_at           = CASE WHEN j.rebuild_needed THEN now() ELSE j.claimed_at END,
+            claimed_snapshot     = CASE WHEN j.rebuild_needed THEN pg_current_snapshot()::text
+                                        ELSE j.claimed_snapshot END,
             rebuild_needed       = false,
             consecutive_failures = 0,
             not_before           = NULL,

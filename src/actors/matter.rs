@@ -163,8 +163,8 @@ async fn claim_cycle(
         node_id: node.node_id.clone(),
         trace_id: trace_id.clone(),
         event_ids: pending.event_ids.clone(),
-        // A nudge is a hint: claim only when the row says some demand is unserved.
-        only_if_unserved: true,
+        // A nudge is a hint that follows a demand the trigger already recorded.
+        demand_recorded: true,
     };
     match t::claim_or_record(&mut conn, &req).await {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),

@@ -20,11 +20,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use briefrail::db::{self, Pool, admin};
+use briefrail::ledger::EventName;
 use briefrail::ledger::facts;
+use briefrail::ledger::outbox::{NewEvent, record_event};
 use briefrail::transport::amqp::{self, Topology};
 use clap::Parser;
 use diesel::QueryableByName;
-use diesel_async::RunQueryDsl;
+use diesel_async::{AsyncConnection, RunQueryDsl};
 use uuid::Uuid;
 
 #[derive(Parser, Debug)]
@@ -280,10 +282,10 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let script = dir.join("builder.sh");
-    // Build time drawn per build, from the seed and the token: 0 to 0.8 s.
+    // Build time drawn per build, from the seed and the token: 0.3 to 1.8 s.
     std::fs::write(
         &script,
-        "#!/bin/sh\ncat > /dev/null\nsleep $(awk -v t=\"$BRIEFRAIL_TOKEN\" -v s=\"$SEED\" 'BEGIN { srand(t * 7919 + s); printf \"%.2f\", rand() * 0.8 }')\nprintf '{\"token\":%s}' \"$BRIEFRAIL_TOKEN\"\n",
+        "#!/bin/sh\ncat > /dev/null\nsleep $(awk -v t=\"$BRIEFRAIL_TOKEN\" -v s=\"$SEED\" 'BEGIN { srand(t * 7919 + s); printf \"%.2f\", 0.3 + rand() * 1.5 }')\nprintf '{\"token\":%s}' \"$BRIEFRAIL_TOKEN\"\n",
     )?;
     let prefix = format!("faults-{}", args.seed);
     let matters_n = 100;
@@ -309,7 +311,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         ("BRIEFRAIL__RECONCILE__AFTER_SECONDS", "4"),
         ("BRIEFRAIL__RELAY__POLL_MS", "250"),
         ("BRIEFRAIL__TRIGGER__DEBOUNCE_MS", "100"),
-        ("BRIEFRAIL__TRIGGER__MAX_WAIT_MS", "500"),
+        ("BRIEFRAIL__TRIGGER__MAX_WAIT_MS", "1000"),
         ("BRIEFRAIL__RETRY__BACKOFF_BASE_SECONDS", "0.5"),
         ("BRIEFRAIL__RETRY__MAX_ATTEMPTS", "20"),
         ("BRIEFRAIL__SHUTDOWN__GRACE_SECONDS", "1"),
@@ -362,13 +364,24 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             Step::Burst { matter, demands } => {
                 let m = matters[*matter];
                 let at = db_now(&pool).await;
-                let mut c = pool.get().await?;
-                for _ in 0..*demands {
-                    // Faults may be cutting connections right now: a refused fact is retried.
-                    while facts::request_brief(&mut c, firm, m).await.is_err() {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        c = pool.get().await?;
+                // A burst: counsel's uploads land together, in one transaction. Faults may be
+                // cutting connections right now: a refused burst is retried whole.
+                loop {
+                    let mut c = pool.get().await?;
+                    let n = *demands;
+                    let r = c
+                        .transaction(async move |tx| {
+                            for _ in 0..n {
+                                let e = NewEvent::new(firm, m, EventName::BRIEF_REQUESTED)?;
+                                record_event(tx, &e).await?;
+                            }
+                            Ok::<_, briefrail::Error>(())
+                        })
+                        .await;
+                    if r.is_ok() {
+                        break;
                     }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 demands_total += demands;
                 bursts.push((m, at));
@@ -469,9 +482,15 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                 "SELECT count(*) AS n FROM ops.matter_frame_runs WHERE matter_id = '{m}' AND outcome = 'landed'
                    AND started_at >= '{}' AND started_at < {until}", at.to_rfc3339())).await;
             if n > 2 {
+                let detail = violations(&pool, &format!(
+                    "SELECT string_agg(format('token %s %s on %s at %s (%s events)', token, outcome, node_id,
+                                              to_char(started_at, 'MI:SS.MS'), cardinality(event_ids)), '; ' ORDER BY token) AS what
+                       FROM ops.matter_frame_runs WHERE matter_id = '{m}' AND started_at >= '{}'::timestamptz - interval '2 seconds' AND started_at < {until}",
+                    at.to_rfc3339())).await;
                 over.push(format!(
-                    "matter {m}: burst at {} cost {n} landed builds",
-                    at.to_rfc3339()
+                    "matter {m}: burst at {} cost {n} landed builds: {}",
+                    at.format("%M:%S%.3f"),
+                    detail.join("")
                 ));
             }
         }

@@ -34,6 +34,10 @@ pub struct EventEnvelope {
     pub occurred_at: chrono::DateTime<chrono::Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The transaction that recorded the fact (an id, like the others): lets the demand tell
+    /// whether a running or landed build already read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xact_id: Option<i64>,
 }
 
 /// What the trigger did with an event.
@@ -45,6 +49,8 @@ pub enum Applied {
     Duplicate,
     /// Consumed, but a gate said no (archived matter, unknown matter or firm).
     Gated(String),
+    /// Consumed; a build that already reads this fact is running or has landed.
+    Covered,
 }
 
 /// Refuses, before any transaction, an event this rail cannot hear. The transport

@@ -33,6 +33,7 @@ pub struct JobRow {
     pub consecutive_failures: i32,
     pub not_before: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    pub claimed_snapshot: Option<String>,
 }
 
 impl JobRow {
@@ -121,6 +122,7 @@ pub struct OutboxRow {
     pub publish_attempts: i32,
     pub last_error: Option<String>,
     pub next_attempt_at: Option<DateTime<Utc>>,
+    pub xact_id: i64,
 }
 
 impl OutboxRow {
@@ -133,6 +135,7 @@ impl OutboxRow {
             matter_id: self.matter_id,
             occurred_at: self.created_at,
             traceparent: self.traceparent.clone(),
+            xact_id: Some(self.xact_id),
         }
     }
 }

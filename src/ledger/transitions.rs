@@ -23,7 +23,7 @@ mod sql {
 
     diesel::define_sql_function! {
         #[sql_name = "ops.demand"]
-        fn demand(firm: SqlUuid, matter: SqlUuid) -> BigInt;
+        fn demand(firm: SqlUuid, matter: SqlUuid, xact: Nullable<BigInt>) -> Nullable<BigInt>;
     }
     diesel::define_sql_function! {
         #[sql_name = "ops.claim"]
@@ -73,9 +73,13 @@ pub struct ClaimRequest {
     pub trace_id: Option<String>,
     /// Event ids of the coalesced demands this build serves, recorded on the run.
     pub event_ids: Vec<Uuid>,
-    /// Claim only if some demand is unserved: a stale or duplicated nudge then costs nothing.
-    /// (The protocol's plain claim, `false`, always bumps the dispenser and builds.)
-    pub only_if_unserved: bool,
+    /// The demand this claim serves is already on the row (the trigger recorded it with
+    /// [`demand`] before nudging). Then a row whose demand is all served is not claimed (a stale
+    /// or duplicated nudge costs no build), and a lost claim records nothing more (the running
+    /// build's commit already knows of the demand): without this, every node that heard a burst
+    /// would add its own follow-up. `false` is the protocol's plain claim, which is itself a
+    /// demand: it always bumps the dispenser, and a lost one is recorded on the running row.
+    pub demand_recorded: bool,
 }
 
 /// How failing builds are retried (config section `retry`).
@@ -99,7 +103,23 @@ impl From<&crate::config::RetrySettings> for RetryPolicy {
 /// **demand**: bump the dispenser; mid-build, leave the breadcrumb. Returns the new
 /// `requested_generation`, the number a landed frame must reach to serve this demand.
 pub async fn demand(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<i64> {
-    Ok(diesel::select(sql::demand(firm_id, matter_id))
+    let r: Option<i64> = diesel::select(sql::demand(firm_id, matter_id, None::<i64>))
+        .get_result(conn)
+        .await?;
+    r.ok_or_else(|| Error::InvalidInput("a demand without an event is never covered".into()))
+}
+
+/// **demand** for an event recorded by transaction `xact` (the outbox row's `xact_id`).
+/// `None`: the running claim's build, or the build that landed last, was claimed after that
+/// transaction committed, so it reads the fact already: the demand is covered and changes
+/// nothing.
+pub async fn demand_for_event(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    xact: i64,
+) -> Result<Option<i64>> {
+    Ok(diesel::select(sql::demand(firm_id, matter_id, Some(xact)))
         .get_result(conn)
         .await?)
 }
@@ -117,7 +137,7 @@ pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<O
         &req.node_id,
         req.trace_id.as_deref(),
         &req.event_ids,
-        req.only_if_unserved,
+        req.demand_recorded,
     ))
     .get_result(conn)
     .await?;
@@ -149,7 +169,7 @@ pub enum ClaimOutcome {
     /// A live build holds the matter; this demand is recorded on its row (`rebuild_needed`), so
     /// the build's commit will re-claim for it.
     Recorded { requested_generation: i64 },
-    /// Only with [`ClaimRequest::only_if_unserved`]: every demand is already served.
+    /// Only with [`ClaimRequest::demand_recorded`]: every demand is already served.
     Served,
 }
 
@@ -166,19 +186,25 @@ pub async fn claim_or_record(
         if let Some(c) = claim(conn, req).await? {
             return Ok(ClaimOutcome::Won(c));
         }
+        if req.demand_recorded {
+            // Not claimed: either a live build holds the matter (and the demand is on its row)
+            // or every demand is served. Anything else changed in between: claim again.
+            match super::reads::job(conn, req.firm_id, req.matter_id).await? {
+                Some(j) if j.run_status == "running" => {
+                    return Ok(ClaimOutcome::Recorded {
+                        requested_generation: j.requested_generation,
+                    });
+                }
+                Some(j) if !j.unserved() => return Ok(ClaimOutcome::Served),
+                _ => continue,
+            }
+        }
         if let Some(requested_generation) =
             record_lost_claim(conn, req.firm_id, req.matter_id).await?
         {
             return Ok(ClaimOutcome::Recorded {
                 requested_generation,
             });
-        }
-        // Not running, yet not claimed: with only_if_unserved that may mean all is served.
-        if req.only_if_unserved {
-            let job = super::reads::job(conn, req.firm_id, req.matter_id).await?;
-            if job.is_some_and(|j| !j.unserved() && j.run_status != "running") {
-                return Ok(ClaimOutcome::Served);
-            }
         }
     }
     Err(Error::InvalidInput(format!(

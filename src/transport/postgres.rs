@@ -114,6 +114,7 @@ pub async fn drain_once(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>
                         traceparent: row.traceparent.clone(),
                     }),
                     Ok(Applied::Duplicate) => duplicates += 1,
+                    Ok(Applied::Covered) => tracing::debug!(event_id = %row.event_id, "covered by a build that reads it"),
                     Ok(Applied::Gated(reason)) => {
                         tracing::debug!(event_id = %row.event_id, %reason, "gated")
                     }

@@ -10,7 +10,6 @@
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
@@ -81,7 +80,7 @@ async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()
     ch.basic_qos(opts.prefetch, BasicQosOptions::default())
         .await
         .map_err(broker)?;
-    let mut deliveries = ch
+    let deliveries = ch
         .basic_consume(
             opts.topology.trigger_queue.as_str().into(),
             format!("briefrail-{}", opts.node_id).into(),
@@ -91,9 +90,15 @@ async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()
         .await
         .map_err(broker)?;
     tracing::info!(queue = %opts.topology.trigger_queue, "trigger consuming");
-    while let Some(delivery) = deliveries.next().await {
-        handle(opts, supervisor, &dead, delivery.map_err(broker)?).await?;
-    }
+    // Deliveries are independent (each is its own inbox transaction and ack), so up to
+    // `prefetch` are handled at once: a burst of uploads is absorbed in a fraction of a build.
+    use futures_util::TryStreamExt;
+    deliveries
+        .map_err(broker)
+        .try_for_each_concurrent(opts.prefetch as usize, |d| {
+            handle(opts, supervisor, &dead, d)
+        })
+        .await?;
     Err(Error::Broker("the consumer was cancelled".into()))
 }
 
@@ -140,6 +145,10 @@ async fn handle(
                     tracing::debug!("duplicate delivery: no second effect");
                 }
                 Applied::Gated(reason) => tracing::info!(%reason, "gated"),
+                Applied::Covered => {
+                    Metrics::inc(&opts.metrics.demands_coalesced);
+                    tracing::debug!("covered: a running or landed build already reads this fact");
+                }
             }
             Ok(())
         }

@@ -21,6 +21,7 @@ pub fn encode(e: &EventEnvelope) -> (Vec<u8>, BasicProperties) {
         "firm_id": e.firm_id,
         "matter_id": e.matter_id,
         "occurred_at": e.occurred_at,
+        "xact_id": e.xact_id,
     });
     let mut headers = FieldTable::default();
     if let Some(tp) = &e.traceparent {
@@ -53,6 +54,8 @@ pub fn decode(data: &[u8], props: &BasicProperties) -> Result<EventEnvelope> {
         firm_id: uuid::Uuid,
         matter_id: uuid::Uuid,
         occurred_at: chrono::DateTime<chrono::Utc>,
+        #[serde(default)]
+        xact_id: Option<i64>,
     }
     let w: Wire = serde_json::from_slice(data)
         .map_err(|e| Error::InvalidInput(format!("not a nudge: {e}")))?;
@@ -71,6 +74,7 @@ pub fn decode(data: &[u8], props: &BasicProperties) -> Result<EventEnvelope> {
         firm_id: w.firm_id,
         matter_id: w.matter_id,
         occurred_at: w.occurred_at,
+        xact_id: w.xact_id,
         traceparent: traceparent.filter(|t| crate::trace::Traceparent::parse(t).is_some()),
     })
 }
@@ -88,6 +92,7 @@ mod tests {
             matter_id: uuid::Uuid::new_v4(),
             occurred_at: chrono::Utc::now(),
             traceparent: Some(crate::trace::Traceparent::new_root().to_string()),
+            xact_id: Some(778),
         };
         let (body, props) = encode(&e);
         assert_eq!(decode(&body, &props).unwrap(), e);
