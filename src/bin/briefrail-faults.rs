@@ -44,6 +44,9 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/briefrail_faults"
     )]
     database_url: String,
+    /// Keep the database afterwards, to investigate a violation.
+    #[arg(long)]
+    keep: bool,
     /// The briefrail binary to run (default: next to this one).
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -131,6 +134,8 @@ fn schedule(seed: u64, long: bool, matters: usize) -> Vec<Step> {
     steps
 }
 
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 struct NodeProc {
     id: String,
     child: Child,
@@ -160,14 +165,12 @@ fn spawn(
         .create(true)
         .append(true)
         .open(&log)?;
-    let mut cmd = match faketime {
-        Some(ft) => {
-            let mut c = Command::new("faketime");
-            c.args(["-f", ft]).arg(bin);
-            c
-        }
-        None => Command::new(bin),
-    };
+    // libfaketime is preloaded into the node itself (not through the `faketime` wrapper, whose
+    // child would outlive a kill of the wrapper).
+    let mut cmd = Command::new(bin);
+    if let Some(ft) = faketime {
+        cmd.env("LD_PRELOAD", FAKETIME_LIB).env("FAKETIME", ft);
+    }
     cmd.arg("run")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("BRIEFRAIL__NODE__ID", id)
@@ -337,9 +340,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     println!(
         "clock skew: {}",
         if faketime {
-            "node-2 runs under faketime +5h"
+            "node-2 runs five hours ahead (libfaketime +5h)"
         } else {
-            "skipped (faketime not installed)"
+            "skipped (libfaketime not installed)"
         }
     );
 
@@ -411,7 +414,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         )
         .await;
         let unserved = count(&pool, "SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE landed_generation < requested_generation OR run_status <> 'idle'").await;
-        if unpublished == 0 && unserved == 0 {
+        let unconsumed = count(&pool, "SELECT count(*) AS n FROM ops.domain_event_outbox o WHERE NOT EXISTS
+                                         (SELECT 1 FROM ops.consumed_events c WHERE c.event_id = o.event_id)").await;
+        if unpublished == 0 && unserved == 0 && unconsumed == 0 {
             break;
         }
         if Instant::now() > deadline {
@@ -517,7 +522,11 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     drop(nodes);
     cleanup(&prefix).await;
     drop(pool);
-    admin::drop_database(&args.database_url, &name).await.ok();
+    if args.keep {
+        println!("database {name} kept");
+    } else {
+        admin::drop_database(&args.database_url, &name).await.ok();
+    }
     println!(
         "{}",
         if ok {
@@ -576,7 +585,9 @@ async fn inject(
             let _ = nodes[idx].child.wait();
             let (id, env) = (nodes[idx].id.clone(), nodes[idx].env.clone());
             tokio::time::sleep(Duration::from_millis(500)).await;
-            if let Ok(p) = spawn(bin, &id, &env, dir, None) {
+            let skew =
+                (id == "node-2" && std::path::Path::new(FAKETIME_LIB).exists()).then_some("+5h");
+            if let Ok(p) = spawn(bin, &id, &env, dir, skew) {
                 nodes[idx] = p;
             }
             format!(

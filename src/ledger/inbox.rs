@@ -118,9 +118,15 @@ pub async fn apply(
                 }));
             }
         }
-        let requested_generation = transitions::demand(tx, event.firm_id, event.matter_id).await?;
-        Ok(Applied::Demand {
-            requested_generation,
+        let requested = match event.xact_id {
+            Some(x) => transitions::demand_for_event(tx, event.firm_id, event.matter_id, x).await?,
+            None => Some(transitions::demand(tx, event.firm_id, event.matter_id).await?),
+        };
+        Ok(match requested {
+            Some(requested_generation) => Applied::Demand {
+                requested_generation,
+            },
+            None => Applied::Covered,
         })
     })
     .await
