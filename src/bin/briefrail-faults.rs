@@ -76,6 +76,7 @@ enum Fault {
     TerminateBackends,
     Duplicates,
     Purge,
+    MemoryAlarm,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +201,7 @@ fn rabbitmqctl(args: &[&str]) -> bool {
 struct BrokerGuard;
 impl Drop for BrokerGuard {
     fn drop(&mut self) {
+        rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
         rabbitmqctl(&["start_app"]);
         rabbitmqctl(&["await_startup"]);
     }
@@ -617,6 +619,13 @@ async fn inject(
                                   WHERE event_id IN (SELECT event_id FROM ops.domain_event_outbox WHERE published_at IS NOT NULL
                                                      ORDER BY seq DESC LIMIT 200) RETURNING 1) SELECT count(*) AS n FROM d").await;
             format!("{n} already-published events published again")
+        }
+        Fault::MemoryAlarm => {
+            // Publishers are blocked while the alarm lasts: the relay must wait, not spin or lose.
+            rabbitmqctl(&["set_vm_memory_high_watermark", "0.0000001"]);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
+            "RabbitMQ memory alarm for 3 s".into()
         }
         Fault::Purge => {
             let t = Topology::new(prefix);

@@ -145,12 +145,7 @@ pub async fn lease_unpublished(
     limit: i64,
     lease: std::time::Duration,
 ) -> Result<Vec<super::models::OutboxRow>> {
-    #[derive(diesel::QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = diesel::sql_types::Uuid)]
-        event_id: Uuid,
-    }
-    let ids: Vec<Id> = diesel::sql_query(
+    let mut rows: Vec<LeasedRow> = diesel::sql_query(
         "UPDATE ops.domain_event_outbox o
             SET next_attempt_at = now() + make_interval(secs => $2)
           WHERE o.event_id IN (
@@ -158,23 +153,54 @@ pub async fn lease_unpublished(
                  WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
                  ORDER BY seq LIMIT $1
                    FOR UPDATE SKIP LOCKED)
-          RETURNING o.event_id",
+          RETURNING o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload, o.traceparent,
+                    o.created_at, o.published_at, o.publish_attempts, o.last_error, o.next_attempt_at, o.xact_id",
     )
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
     .load(conn)
     .await?;
-    if ids.is_empty() {
-        return Ok(Vec::new());
+    rows.sort_by_key(|r| r.seq);
+    Ok(rows.into_iter().map(LeasedRow::into_row).collect())
+}
+
+/// A row as `RETURNING` hands it back (by name, not by the table's column order).
+#[derive(diesel::QueryableByName)]
+#[diesel(table_name = ops::domain_event_outbox, check_for_backend(diesel::pg::Pg))]
+struct LeasedRow {
+    event_id: Uuid,
+    seq: i64,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    event_name: String,
+    payload: serde_json::Value,
+    traceparent: Option<String>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    published_at: Option<chrono::DateTime<chrono::Utc>>,
+    publish_attempts: i32,
+    last_error: Option<String>,
+    next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
+    xact_id: i64,
+}
+
+impl LeasedRow {
+    fn into_row(self) -> super::models::OutboxRow {
+        super::models::OutboxRow {
+            event_id: self.event_id,
+            seq: self.seq,
+            firm_id: self.firm_id,
+            matter_id: self.matter_id,
+            event_name: self.event_name,
+            payload: self.payload,
+            traceparent: self.traceparent,
+            created_at: self.created_at,
+            published_at: self.published_at,
+            publish_attempts: self.publish_attempts,
+            last_error: self.last_error,
+            next_attempt_at: self.next_attempt_at,
+            xact_id: self.xact_id,
+        }
     }
-    use ops::domain_event_outbox::dsl as o;
-    let ids: Vec<Uuid> = ids.into_iter().map(|i| i.event_id).collect();
-    Ok(o::domain_event_outbox
-        .filter(o::event_id.eq_any(&ids))
-        .order(o::seq)
-        .select(super::models::OutboxRow::as_select())
-        .load(conn)
-        .await?)
 }
 
 /// Reconciliation: events published more than `after` ago (but within the last `window`)

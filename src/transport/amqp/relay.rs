@@ -78,7 +78,7 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
     tracing::info!("relay connected");
     let mut last_reconcile = Instant::now();
     loop {
-        while publish_batch(&ch, opts).await? == opts.relay_batch as usize {}
+        drain(&ch, opts).await?;
         if last_reconcile.elapsed() >= opts.reconcile_after / 2 {
             reconcile(opts).await?;
             last_reconcile = Instant::now();
@@ -93,15 +93,21 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
     }
 }
 
-/// Publishes one batch with confirms. Returns how many rows it took.
-pub async fn publish_batch(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
+/// What one batch's publishes came to, before the ledger is told.
+pub struct BatchOutcome {
+    pub taken: usize,
+    pub published: Vec<uuid::Uuid>,
+    pub failed: Vec<(uuid::Uuid, String)>,
+    /// The channel broke mid-batch: report after marking what was settled.
+    pub broken: Option<Error>,
+}
+
+/// Leases a batch, publishes it and awaits every confirm. Does not mark anything.
+pub async fn publish_only(ch: &Channel, opts: &AmqpOptions) -> Result<BatchOutcome> {
     let rows = {
         let mut c = opts.pool.get().await?;
         outbox::lease_unpublished(&mut c, opts.relay_batch, PUBLISH_LEASE).await?
     };
-    if rows.is_empty() {
-        return Ok(0);
-    }
     let mut pending = Vec::with_capacity(rows.len());
     let mut broken = None;
     for row in &rows {
@@ -150,20 +156,71 @@ pub async fn publish_batch(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
                 .map(|r| (r.event_id, e.to_string())),
         );
     }
+    Ok(BatchOutcome {
+        taken: rows.len(),
+        published,
+        failed,
+        broken,
+    })
+}
+
+/// Tells the ledger what the broker confirmed (published) and what it did not (error kept on
+/// the row, backoff set).
+pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
     let mut c = opts.pool.get().await?;
-    if !published.is_empty() {
-        outbox::mark_published(&mut c, &published).await?;
-        for _ in &published {
+    if !outcome.published.is_empty() {
+        outbox::mark_published(&mut c, &outcome.published).await?;
+        for _ in &outcome.published {
             Metrics::inc(&opts.metrics.events_published);
         }
     }
-    for (id, error) in &failed {
+    for (id, error) in &outcome.failed {
         tracing::warn!(event_id = %id, %error, "publish failed; will retry with backoff");
         outbox::mark_failed(&mut c, &[*id], error).await?;
     }
-    match broken {
+    Ok(())
+}
+
+/// Publishes one batch with confirms and marks it. Returns how many rows it took.
+pub async fn publish_batch(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
+    let mut outcome = publish_only(ch, opts).await?;
+    mark(opts, &outcome).await?;
+    match outcome.broken.take() {
         Some(e) => Err(e),
-        None => Ok(rows.len()),
+        None => Ok(outcome.taken),
+    }
+}
+
+/// Publishes everything publishable now. Marking batch k overlaps publishing batch k+1 (the
+/// marks touch other rows), so the ledger's round trips hide behind the broker's confirms.
+pub async fn drain(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
+    let mut total = 0;
+    let mut previous: Option<BatchOutcome> = None;
+    loop {
+        let marking = async {
+            match &previous {
+                Some(p) => mark(opts, p).await,
+                None => Ok(()),
+            }
+        };
+        let (marked, next) = tokio::join!(marking, publish_only(ch, opts));
+        marked?;
+        if let Some(e) = previous.take().and_then(|mut p| p.broken.take()) {
+            return Err(e);
+        }
+        let mut next = next?;
+        total += next.taken;
+        if next.taken == 0 {
+            return Ok(total);
+        }
+        if next.broken.is_some() || next.taken < opts.relay_batch as usize {
+            mark(opts, &next).await?;
+            return match next.broken.take() {
+                Some(e) => Err(e),
+                None => Ok(total),
+            };
+        }
+        previous = Some(next);
     }
 }
 
