@@ -879,3 +879,60 @@ async fn a_demand_for_a_fact_the_running_build_already_reads_is_covered() {
     );
     assert!(!job(&db, firm, matter).await.unserved());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_stalls_inside_its_transaction_is_cut_off_by_the_database() {
+    let db = TestDb::new(4).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let claim = won(&db, firm, matter).await;
+    // A node's connection, with the session timeouts every briefrail connection carries.
+    let mut stalled = briefrail::db::pool::establish(
+        &db.url,
+        Duration::from_millis(300),
+        Duration::from_millis(500),
+    )
+    .await
+    .expect("connection");
+    stalled.batch_execute("BEGIN").await.unwrap();
+    diesel::sql_query(format!(
+        "SELECT ops.commit_claim('{firm}', '{matter}', {}, '{}', gen_random_uuid(), 'stalled')",
+        claim.token, claim.run_id
+    ))
+    .execute(&mut stalled)
+    .await
+    .expect("the compare-and-swap takes the row lock");
+    // The node freezes here, holding the row lock inside its commit. Another node sweeps and
+    // claims: it must not wait on the frozen transaction for longer than the idle timeout.
+    let started = std::time::Instant::now();
+    let mut c = db.pool.get().await.unwrap();
+    let mut swept = Vec::new();
+    for _ in 0..50 {
+        match t::sweep(&mut c, Duration::ZERO, 10).await {
+            Ok(s) if !s.is_empty() => {
+                swept = s;
+                break;
+            }
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    assert_eq!(swept.len(), 1, "the frozen commit's row was swept");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the matter froze for {:?}",
+        started.elapsed()
+    );
+    let successor = won(&db, firm, matter).await;
+    assert!(successor.token > claim.token);
+    // The frozen transaction was rolled back by Postgres: its COMMIT cannot land anything.
+    assert!(
+        stalled.batch_execute("COMMIT").await.is_err(),
+        "the stalled session must have been terminated"
+    );
+    assert!(
+        reads::frame_meta(&mut c, firm, matter, claim.token)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(commit(&db, &successor).await.unwrap(), Landed::Idle);
+}
