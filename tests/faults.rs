@@ -27,6 +27,7 @@ fn the_short_fault_schedule_keeps_every_invariant() {
         "pg_terminate_backend",
         "published again",
         "purged",
+        "memory alarm",
     ] {
         assert!(
             stdout.contains(fault),

@@ -223,7 +223,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
     let _ = stop.send(briefrail::actors::node::StopActor).await;
     nd.shutdown(Duration::from_secs(1)).await;
     if kind == TransportKind::Amqp {
-        cleanup(&s.transport.amqp_url, &Topology::new(&prefix)).await;
+        Topology::new(&prefix).delete(&s.transport.amqp_url).await;
     }
     lat.sort_by(|a, b| a.total_cmp(b));
     Ok((
@@ -231,22 +231,6 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
         pct(&lat, 0.99),
         *lat.last().unwrap_or(&f64::NAN),
     ))
-}
-
-async fn cleanup(url: &SecretUrl, t: &Topology) {
-    if let Ok(conn) = amqp::connect(url, "bench-cleanup").await {
-        if let Ok(ch) = conn.create_channel().await {
-            for q in [&t.trigger_queue, &t.dead_queue] {
-                let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
-            }
-            for x in [&t.events_exchange, &t.dead_exchange] {
-                let _ = ch
-                    .exchange_delete(x.as_str().into(), Default::default())
-                    .await;
-            }
-        }
-        let _ = conn.close(200, "bench".into()).await;
-    }
 }
 
 /// Relay (lease rows, publish with confirms, mark) against a raw lapin publisher with the same
@@ -309,7 +293,7 @@ async fn relay_rates(url: &str, pool: &Pool, n: usize, window: i64) -> R<(f64, f
         ch.queue_purge(topo.trigger_queue.as_str().into(), Default::default())
             .await?;
     }
-    cleanup(&s.transport.amqp_url, &topo).await;
+    topo.delete(&s.transport.amqp_url).await;
     Ok((best_ours, best_raw))
 }
 

@@ -97,6 +97,7 @@ fn schedule(seed: u64, long: bool, matters: usize) -> Vec<Step> {
         Fault::TerminateBackends,
         Fault::Duplicates,
         Fault::Purge,
+        Fault::MemoryAlarm,
     ];
     if long {
         faults = faults.repeat(8);
@@ -522,7 +523,11 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         injected.join("; ")
     );
     drop(nodes);
-    cleanup(&prefix).await;
+    Topology::new(&prefix)
+        .delete(&briefrail::secret::SecretUrl::new(
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+        ))
+        .await;
     drop(pool);
     if args.keep {
         println!("database {name} kept");
@@ -645,27 +650,6 @@ async fn inject(
                 Err(_) => 0,
             };
             format!("purged {n} messages from the trigger queue")
-        }
-    }
-}
-
-async fn cleanup(prefix: &str) {
-    let t = Topology::new(prefix);
-    if let Ok(conn) = amqp::connect(
-        &briefrail::secret::SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f"),
-        "faults-cleanup",
-    )
-    .await
-    {
-        if let Ok(ch) = conn.create_channel().await {
-            for q in [&t.trigger_queue, &t.dead_queue] {
-                let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
-            }
-            for x in [&t.events_exchange, &t.dead_exchange] {
-                let _ = ch
-                    .exchange_delete(x.as_str().into(), Default::default())
-                    .await;
-            }
         }
     }
 }

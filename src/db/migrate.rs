@@ -17,43 +17,42 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// Applies every pending migration to the database at `url`. Idempotent. Returns the versions
 /// it applied.
 pub async fn run_pending(url: &str) -> Result<Vec<String>> {
-    let url = url.to_owned();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("briefrail-migrate".into())
-        .spawn(move || {
-            let result = (|| {
-                let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
-                    .map_err(|e| Error::Migration(redact_urls(&e.to_string())))?;
-                let applied = conn
-                    .run_pending_migrations(MIGRATIONS)
-                    .map_err(|e| Error::Migration(e.to_string()))?;
-                Ok(applied.iter().map(|v| v.to_string()).collect())
-            })();
-            let _ = tx.send(result);
-        })?;
-    rx.await
-        .map_err(|_| Error::Migration("the migration thread died".into()))?
+    on_migration_thread(url, |conn| {
+        let applied = conn
+            .run_pending_migrations(MIGRATIONS)
+            .map_err(|e| Error::Migration(e.to_string()))?;
+        Ok(applied.iter().map(|v| v.to_string()).collect())
+    })
+    .await
 }
 
 /// Versions embedded in this binary that the database at `url` has not applied (readiness).
 pub async fn pending(url: &str) -> Result<Vec<String>> {
+    on_migration_thread(url, |conn| {
+        let pending = conn
+            .pending_migrations(MIGRATIONS)
+            .map_err(|e| Error::Migration(e.to_string()))?;
+        Ok(pending
+            .iter()
+            .map(|m| m.name().version().to_string())
+            .collect())
+    })
+    .await
+}
+
+/// Runs `f` on a synchronous connection, on a thread of its own.
+async fn on_migration_thread<T: Send + 'static>(
+    url: &str,
+    f: impl FnOnce(&mut AsyncConnectionWrapper<AsyncPgConnection>) -> Result<T> + Send + 'static,
+) -> Result<T> {
     let url = url.to_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("briefrail-migrate".into())
         .spawn(move || {
-            let result = (|| {
-                let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
-                    .map_err(|e| Error::Migration(redact_urls(&e.to_string())))?;
-                let pending = conn
-                    .pending_migrations(MIGRATIONS)
-                    .map_err(|e| Error::Migration(e.to_string()))?;
-                Ok(pending
-                    .iter()
-                    .map(|m| m.name().version().to_string())
-                    .collect())
-            })();
+            let result = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
+                .map_err(|e| Error::Migration(redact_urls(&e.to_string())))
+                .and_then(|mut conn| f(&mut conn));
             let _ = tx.send(result);
         })?;
     rx.await

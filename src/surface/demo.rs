@@ -450,7 +450,9 @@ pub async fn run(base: &Settings) -> Result<()> {
     a.shutdown(Duration::from_secs(1)).await;
     b.shutdown(Duration::from_secs(1)).await;
     if broker_up {
-        cleanup_broker(&s).await;
+        crate::transport::amqp::Topology::new(&s.transport.prefix)
+            .delete(&s.transport.amqp_url)
+            .await;
     }
     println!("\ndemo finished in {:.1} s", start.elapsed().as_secs_f64());
     if tl.failures.is_empty() {
@@ -460,25 +462,5 @@ pub async fn run(base: &Settings) -> Result<()> {
             "guarantee broken: {}",
             tl.failures.join("; ")
         )))
-    }
-}
-
-/// Removes the demo's queues and exchanges.
-async fn cleanup_broker(s: &Settings) {
-    let t = crate::transport::amqp::Topology::new(&s.transport.prefix);
-    if let Ok(conn) =
-        crate::transport::amqp::connect(&s.transport.amqp_url, "briefrail-demo-cleanup").await
-    {
-        if let Ok(ch) = conn.create_channel().await {
-            for q in [&t.trigger_queue, &t.dead_queue] {
-                let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
-            }
-            for x in [&t.events_exchange, &t.dead_exchange] {
-                let _ = ch
-                    .exchange_delete(x.as_str().into(), Default::default())
-                    .await;
-            }
-        }
-        let _ = conn.close(200, "demo done".into()).await;
     }
 }

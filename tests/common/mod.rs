@@ -171,25 +171,7 @@ impl Drop for BrokerScope {
             else {
                 return;
             };
-            rt.block_on(async move {
-                let url = briefrail::secret::SecretUrl::new(AMQP_URL);
-                let Ok(conn) = briefrail::transport::amqp::connect(&url, "test-cleanup").await
-                else {
-                    return;
-                };
-                let Ok(ch) = conn.create_channel().await else {
-                    return;
-                };
-                for q in [&t.trigger_queue, &t.dead_queue] {
-                    let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
-                }
-                for x in [&t.events_exchange, &t.dead_exchange] {
-                    let _ = ch
-                        .exchange_delete(x.as_str().into(), Default::default())
-                        .await;
-                }
-                let _ = conn.close(200, "bye".into()).await;
-            });
+            rt.block_on(t.delete(&briefrail::secret::SecretUrl::new(AMQP_URL)));
         })
         .join();
     }

@@ -106,3 +106,24 @@ impl Topology {
         Ok(())
     }
 }
+
+impl Topology {
+    /// Deletes the queues and exchanges (tests, the demo and the benchmark clean up with it).
+    /// Best effort: what is already gone is not an error.
+    pub async fn delete(&self, url: &crate::secret::SecretUrl) {
+        let Ok(conn) = super::connect(url, "briefrail-cleanup").await else {
+            return;
+        };
+        if let Ok(ch) = conn.create_channel().await {
+            for q in [&self.trigger_queue, &self.dead_queue] {
+                let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+            }
+            for x in [&self.events_exchange, &self.dead_exchange] {
+                let _ = ch
+                    .exchange_delete(x.as_str().into(), Default::default())
+                    .await;
+            }
+        }
+        let _ = conn.close(200, "cleanup".into()).await;
+    }
+}
