@@ -497,3 +497,68 @@ async fn the_postgres_transport_applies_each_event_once_and_survives_late_commit
         2
     );
 }
+
+#[actix_rt::test]
+async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconciliation_serves_the_matter()
+ {
+    let mut r = rig(Duration::from_secs(3)).await;
+    // The consumer's connections give up on a row lock after 150 ms: a demand whose job row is
+    // held by a stuck transaction fails the same transient way on every delivery.
+    let mut o = briefrail::db::PoolOptions::new(r.db.url.clone()).size(4);
+    o.lock_timeout = Duration::from_millis(150);
+    r.opts.pool = briefrail::db::connect(&o).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Stuck v. Lock")
+        .await
+        .unwrap();
+    briefrail::ledger::transitions::demand(&mut c, firm, matter)
+        .await
+        .unwrap();
+    let mut holder = r.db.connection().await.unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "SELECT 1 FROM ops.matter_frame_jobs WHERE matter_id = '{matter}' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    facts::request_brief(&mut c, firm, matter).await.unwrap();
+    let _relay = Relay::new(r.opts.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    // Requeued until the quorum queue's delivery limit, then dead-lettered by the broker.
+    let ch = channel().await;
+    let dead = eventually(
+        Duration::from_secs(60),
+        "the broker to dead-letter the message",
+        || async {
+            ch.basic_get(
+                r.scope.topology.dead_queue.as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    let headers = dead
+        .delivery
+        .properties
+        .headers()
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        headers.inner().contains_key("x-death")
+            || headers.inner().contains_key("x-first-death-reason"),
+        "dead-lettered by the broker: {headers:?}"
+    );
+    // The stuck transaction ends; reconciliation republishes the event and the matter is served.
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "reconciliation to serve the matter",
+        || async { served(&r.db, firm, matter).await.then_some(()) },
+    )
+    .await;
+    assert!(get(&r.opts.metrics.events_republished) >= 1);
+}
