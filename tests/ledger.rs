@@ -936,3 +936,65 @@ async fn a_commit_that_stalls_inside_its_transaction_is_cut_off_by_the_database(
     );
     assert_eq!(commit(&db, &successor).await.unwrap(), Landed::Idle);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_covered_demand_still_restarts_the_retries_of_a_failing_matter() {
+    use diesel::prelude::*;
+    let db = TestDb::new(2).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+    };
+    facts::create_matter(&mut c, firm, matter, "Flaky v. Panel")
+        .await
+        .unwrap();
+    t::demand(&mut c, firm, matter).await.unwrap();
+    for _ in 0..2 {
+        let claim = won(&db, firm, matter).await;
+        t::fail(&mut c, &claim, "503 from the model panel", false, &policy)
+            .await
+            .unwrap();
+    }
+    // A new fact commits, then the last allowed attempt claims (its snapshot sees the fact)
+    // before the fact's demand reaches the trigger.
+    let event = facts::request_brief(&mut c, firm, matter).await.unwrap();
+    let last = won(&db, firm, matter).await;
+    let xact: i64 = {
+        use briefrail::schema::ops::domain_event_outbox::dsl as o;
+        diesel_async::RunQueryDsl::first(
+            o::domain_event_outbox
+                .filter(o::event_id.eq(event))
+                .select(o::xact_id),
+            &mut c,
+        )
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        t::demand_for_event(&mut c, firm, matter, xact)
+            .await
+            .unwrap(),
+        None,
+        "covered by the running claim"
+    );
+    assert_eq!(
+        job(&db, firm, matter).await.consecutive_failures,
+        0,
+        "but it is a new demand: retries restart"
+    );
+    t::fail(&mut c, &last, "503 again", false, &policy)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        t::unserved(&mut c, policy.max_attempts, 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "still retried"
+    );
+}

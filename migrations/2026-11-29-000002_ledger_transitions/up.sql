@@ -13,24 +13,36 @@
 -- build runs leaves the breadcrumb. A new demand also restarts retries of a failing matter.
 -- When the fact's transaction (p_xact, from the outbox row) is visible in the snapshot of the
 -- running claim, or of the claim whose frame landed last, that build reads the fact already:
--- the demand is covered and changes nothing (returns NULL). This is what keeps a burst that
+-- the demand is covered: it adds no generation and no follow-up (returns NULL), though it still
+-- restarts the retries of a failing matter. This is what keeps a burst that
 -- reaches the trigger slowly (a backlog, several consumers) at no more than one follow-up.
 CREATE FUNCTION ops.demand(p_firm uuid, p_matter uuid, p_xact bigint)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
-    INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, requested_generation)
-    VALUES (p_firm, p_matter, 1)
-    ON CONFLICT (firm_id, matter_id) DO UPDATE SET
-        requested_generation = j.requested_generation + 1,
-        rebuild_needed       = j.rebuild_needed OR j.run_status = 'running',
-        consecutive_failures = 0,
-        not_before           = NULL,
-        updated_at           = now()
-    WHERE p_xact IS NULL
-       OR j.claimed_snapshot IS NULL
-       OR NOT (j.run_status = 'running'
-               OR (j.run_status = 'idle' AND j.landed_generation = j.claimed_generation))
-       OR NOT pg_visible_in_snapshot(p_xact::text::xid8, j.claimed_snapshot::pg_snapshot)
-    RETURNING requested_generation
+    WITH prior AS (
+        -- Locks the row (re-reading its latest version) before judging coverage.
+        SELECT (p_xact IS NOT NULL AND j.claimed_snapshot IS NOT NULL
+                AND (j.run_status = 'running'
+                     OR (j.run_status = 'idle' AND j.landed_generation = j.claimed_generation))
+                AND pg_visible_in_snapshot(p_xact::text::xid8, j.claimed_snapshot::pg_snapshot)) AS covered
+          FROM ops.matter_frame_jobs j
+         WHERE j.firm_id = p_firm AND j.matter_id = p_matter
+           FOR UPDATE
+    ), upserted AS (
+        INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, requested_generation)
+        VALUES (p_firm, p_matter, 1)
+        ON CONFLICT (firm_id, matter_id) DO UPDATE SET
+            requested_generation = j.requested_generation
+                                   + CASE WHEN coalesce((SELECT covered FROM prior), false) THEN 0 ELSE 1 END,
+            rebuild_needed       = j.rebuild_needed
+                                   OR (j.run_status = 'running' AND NOT coalesce((SELECT covered FROM prior), false)),
+            -- Even a covered demand is a new demand: retries of a failing matter restart.
+            consecutive_failures = 0,
+            not_before           = NULL,
+            updated_at           = now()
+        RETURNING requested_generation
+    )
+    SELECT CASE WHEN coalesce((SELECT covered FROM prior), false) THEN NULL ELSE requested_generation END
+      FROM upserted
 $$;
 
 -- claim: the seed's statement. Wins when nobody is building or the lease has expired; the

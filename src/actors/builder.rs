@@ -20,6 +20,9 @@ use crate::ledger::transitions::{self as t, Landed, RetryPolicy};
 use crate::ledger::{Claim, Frame};
 use crate::metrics::Metrics;
 
+/// Upper bound on settling a build (commit, fail or release, with their retries).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What every build needs from its node.
 pub struct BuildEnv {
     pub pool: Pool,
@@ -214,7 +217,13 @@ pub async fn run_build(
         }
         // Leaving this block drops the build future: a command builder's child is killed here.
     };
-    let outcome = settle(env, &claim, stopped).await;
+    // Settling talks to the ledger only; a half-open connection must not hold the slot forever.
+    let outcome = match tokio::time::timeout(SETTLE_TIMEOUT, settle(env, &claim, stopped)).await {
+        Ok(o) => o,
+        Err(_) => BuildOutcome::Unsettled(format!(
+            "the ledger did not answer within {SETTLE_TIMEOUT:?}"
+        )),
+    };
     env.metrics.observe_build(started.elapsed());
     match &outcome {
         BuildOutcome::Landed(l) => {
@@ -284,6 +293,14 @@ async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> Build
     for attempt in 1..=4 {
         match t::commit(&env.pool, claim, &env.node_id, &frame).await {
             Ok(landed) => return BuildOutcome::Landed(landed),
+            // A retry after an error whose outcome was unknown: the first attempt may have
+            // landed (and the token moved on). The frame says which.
+            Err(Error::Fenced { .. }) if attempt > 1 && landed_earlier(env, claim).await => {
+                tracing::warn!(
+                    "an earlier commit attempt had landed; a follow-up it claimed is recovered by the sweep"
+                );
+                return BuildOutcome::Landed(Landed::Idle);
+            }
             Err(Error::Fenced { .. }) => return BuildOutcome::Fenced,
             Err(e) if e.is_permanent() => {
                 return fail(env, claim, &format!("commit refused: {e}"), true).await;
@@ -297,6 +314,20 @@ async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> Build
         }
     }
     unreachable!("the last attempt returns")
+}
+
+/// Whether this claim's own frame is in the ledger.
+async fn landed_earlier(env: &BuildEnv, claim: &Claim) -> bool {
+    match env.pool.get().await {
+        Ok(mut c) => {
+            crate::ledger::reads::frame_meta(&mut c, claim.firm_id, claim.matter_id, claim.token)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|f| f.run_id == claim.run_id)
+        }
+        Err(_) => false,
+    }
 }
 
 async fn fail(env: &BuildEnv, claim: &Claim, message: &str, permanent: bool) -> BuildOutcome {

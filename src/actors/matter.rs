@@ -25,6 +25,10 @@ use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
 use crate::metrics::Metrics;
 use crate::trace::Traceparent;
 
+/// Upper bound on taking a slot and claiming (slot waits included: a queue that long means the
+/// node is saturated, and the sweeper's reconcile brings the matter back).
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Stop if there is nothing to do; replies whether it stopped.
 #[derive(Message)]
 #[rtype(result = "bool")]
@@ -96,7 +100,14 @@ impl MatterActor {
         self.cycle_running = true;
         let node = self.node.clone();
         let key = self.key;
-        let fut = async move { claim_cycle(&node, key, pending).await };
+        // The claim talks to the ledger only; a half-open connection must not leave this actor
+        // in a cycle forever (it would ignore every later nudge).
+        let fut = async move {
+            tokio::time::timeout(CLAIM_TIMEOUT, claim_cycle(&node, key, pending)).await.unwrap_or_else(|_| {
+                tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, "claim timed out; reconcile will retry");
+                None
+            })
+        };
         ctx.spawn(fut.into_actor(self).map(|started, act, ctx| match started {
             Some((claim, slot, trace_id, event_ids)) => {
                 let builder = slot.builder.clone();

@@ -65,7 +65,7 @@ pub async fn establish(
     let mut conn = AsyncPgConnection::establish(url).await?;
     let setup = format!(
         "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
-         SET application_name = 'briefrail'",
+         SET statement_timeout = 60000; SET application_name = 'briefrail'",
         lock_timeout.as_millis(),
         idle_in_transaction_timeout.as_millis()
     );

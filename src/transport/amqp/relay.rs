@@ -23,6 +23,11 @@ use crate::ledger::outbox;
 use crate::metrics::Metrics;
 use crate::transport::postgres::CHANNEL;
 
+/// How far back reconciliation looks for published events the trigger never consumed.
+pub const RECONCILE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How often one event is republished at most (a poison message is not republished forever).
+pub const MAX_REPUBLISH: i32 = 50;
+
 /// How long a relay may hold rows it is publishing before another relay may take them.
 pub const PUBLISH_LEASE: Duration = Duration::from_secs(30);
 
@@ -48,6 +53,10 @@ impl Actor for Relay {
                     let started = Instant::now();
                     if let Err(e) = session(&opts).await {
                         tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "relay: session ended");
+                    }
+                    // Reconciliation is a ledger statement: it must not wait for the broker.
+                    if let Err(e) = reconcile(&opts).await {
+                        tracing::debug!(error = %e, "reconcile without a broker session failed");
                     }
                     if started.elapsed() > Duration::from_secs(30) {
                         backoff = Duration::from_millis(200);
@@ -84,7 +93,12 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
             last_reconcile = Instant::now();
         }
         tokio::select! {
-            n = notifications.next() => if let Some(Err(e)) = n { return Err(e.into()) },
+            n = notifications.next() => match n {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                // A cleanly closed listener would otherwise wake this loop forever.
+                None => return Err(Error::Connection("the outbox listener closed".into())),
+            },
             () = tokio::time::sleep(opts.relay_poll) => {}
         }
         if !conn.status().connected() {
@@ -233,8 +247,9 @@ pub async fn reconcile(opts: &AmqpOptions) -> Result<usize> {
         BRIEF_RAIL,
         &HEARD,
         opts.reconcile_after,
-        opts.reconcile_after * 20,
-        1000,
+        // Events older than a week are left to the sweeper's unserved-demand scan.
+        RECONCILE_WINDOW,
+        MAX_REPUBLISH,
         1000,
     )
     .await?;
