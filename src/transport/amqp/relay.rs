@@ -19,6 +19,7 @@ use lapin::{Channel, Confirmation};
 use super::{AmqpOptions, broker, connect, message};
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{BRIEF_RAIL, HEARD};
+use crate::ledger::models::OutboxRow;
 use crate::ledger::outbox;
 use crate::metrics::Metrics;
 use crate::transport::postgres::CHANNEL;
@@ -116,15 +117,18 @@ pub struct BatchOutcome {
     pub broken: Option<Error>,
 }
 
-/// Leases a batch, publishes it and awaits every confirm. Does not mark anything.
-pub async fn publish_only(ch: &Channel, opts: &AmqpOptions) -> Result<BatchOutcome> {
-    let rows = {
-        let mut c = opts.pool.get().await?;
-        outbox::lease_unpublished(&mut c, opts.relay_batch, PUBLISH_LEASE).await?
-    };
+/// Leases the next batch (one statement; see [`outbox::lease_unpublished`]).
+async fn lease(opts: &AmqpOptions) -> Result<Vec<OutboxRow>> {
+    let mut c = opts.pool.get().await?;
+    outbox::lease_unpublished(&mut c, opts.relay_batch, PUBLISH_LEASE).await
+}
+
+type Pending = Vec<(uuid::Uuid, lapin::PublisherConfirm)>;
+
+/// Publishes the rows (persistent, mandatory); stops at the first channel error.
+async fn publish(ch: &Channel, opts: &AmqpOptions, rows: &[OutboxRow]) -> (Pending, Option<Error>) {
     let mut pending = Vec::with_capacity(rows.len());
-    let mut broken = None;
-    for row in &rows {
+    for row in rows {
         let (body, props) = message::encode(&row.envelope());
         match ch
             .basic_publish(
@@ -140,12 +144,14 @@ pub async fn publish_only(ch: &Channel, opts: &AmqpOptions) -> Result<BatchOutco
             .await
         {
             Ok(confirm) => pending.push((row.event_id, confirm)),
-            Err(e) => {
-                broken = Some(broker(e));
-                break;
-            }
+            Err(e) => return (pending, Some(broker(e))),
         }
     }
+    (pending, None)
+}
+
+/// Awaits every confirm of a published batch.
+async fn confirmed(pending: Pending, rows: &[OutboxRow], broken: Option<Error>) -> BatchOutcome {
     let mut published = Vec::new();
     let mut failed: Vec<(uuid::Uuid, String)> = Vec::new();
     for (id, confirm) in pending {
@@ -170,12 +176,19 @@ pub async fn publish_only(ch: &Channel, opts: &AmqpOptions) -> Result<BatchOutco
                 .map(|r| (r.event_id, e.to_string())),
         );
     }
-    Ok(BatchOutcome {
+    BatchOutcome {
         taken: rows.len(),
         published,
         failed,
         broken,
-    })
+    }
+}
+
+/// Leases a batch, publishes it and awaits every confirm. Does not mark anything.
+pub async fn publish_only(ch: &Channel, opts: &AmqpOptions) -> Result<BatchOutcome> {
+    let rows = lease(opts).await?;
+    let (pending, broken) = publish(ch, opts, &rows).await;
+    Ok(confirmed(pending, &rows, broken).await)
 }
 
 /// Tells the ledger what the broker confirmed (published) and what it did not (error kept on
@@ -205,37 +218,55 @@ pub async fn publish_batch(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
     }
 }
 
-/// Publishes everything publishable now. Marking batch k overlaps publishing batch k+1 (the
-/// marks touch other rows), so the ledger's round trips hide behind the broker's confirms.
+/// Publishes everything publishable now. While the broker confirms batch k, the ledger marks
+/// batch k-1 and leases batch k+1 (their rows are disjoint: leased rows are skipped), so the
+/// ledger's round trips hide behind the confirms without widening the confirm window.
 pub async fn drain(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
     let mut total = 0;
+    let mut rows = lease(opts).await?;
     let mut previous: Option<BatchOutcome> = None;
-    loop {
-        let marking = async {
-            match &previous {
-                Some(p) => mark(opts, p).await,
-                None => Ok(()),
+    while !rows.is_empty() {
+        total += rows.len();
+        let full = rows.len() == opts.relay_batch as usize;
+        let (pending, broken) = publish(ch, opts, &rows).await;
+        let go_on = full && broken.is_none();
+        let prev = previous.take();
+        let (mut outcome, marked, next) = tokio::join!(
+            confirmed(pending, &rows, broken),
+            async {
+                match &prev {
+                    Some(p) => mark(opts, p).await,
+                    None => Ok(()),
+                }
+            },
+            async {
+                if go_on {
+                    lease(opts).await
+                } else {
+                    Ok(Vec::new())
+                }
+            },
+        );
+        // On any error, settle what was confirmed before reporting it; rows left unmarked wait
+        // out their publishing lease and are published again (the inbox absorbs the duplicate).
+        let next = match marked.and(next) {
+            Ok(next) => next,
+            Err(e) => {
+                let _ = mark(opts, &outcome).await;
+                return Err(e);
             }
         };
-        let (marked, next) = tokio::join!(marking, publish_only(ch, opts));
-        marked?;
-        if let Some(e) = previous.take().and_then(|mut p| p.broken.take()) {
+        if let Some(e) = outcome.broken.take() {
+            mark(opts, &outcome).await?;
             return Err(e);
         }
-        let mut next = next?;
-        total += next.taken;
-        if next.taken == 0 {
-            return Ok(total);
-        }
-        if next.broken.is_some() || next.taken < opts.relay_batch as usize {
-            mark(opts, &next).await?;
-            return match next.broken.take() {
-                Some(e) => Err(e),
-                None => Ok(total),
-            };
-        }
-        previous = Some(next);
+        previous = Some(outcome);
+        rows = next;
     }
+    if let Some(p) = previous {
+        mark(opts, &p).await?;
+    }
+    Ok(total)
 }
 
 /// Republishes events the trigger has not consumed `reconcile.after_seconds` after they were
