@@ -104,6 +104,18 @@ fn error_response(e: &Error) -> HttpResponse {
     HttpResponse::build(status).json(json!({"error": crate::secret::redact_urls(&e.to_string())}))
 }
 
+/// The bearer token, then the path's ids: what every `/api` handler checks first.
+fn admit(
+    req: &HttpRequest,
+    state: &HttpState,
+    path: &(String, String),
+) -> std::result::Result<(Uuid, Uuid), HttpResponse> {
+    if !authorized(req, state) {
+        return Err(unauthorized());
+    }
+    ids(path)
+}
+
 fn ids(path: &(String, String)) -> std::result::Result<(Uuid, Uuid), HttpResponse> {
     let firm = Uuid::parse_str(&path.0)
         .map_err(|_| HttpResponse::BadRequest().json(json!({"error": "firm is not a UUID"})))?;
@@ -217,10 +229,7 @@ async fn matter(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
-        return unauthorized();
-    }
-    let (firm, matter) = match ids(&path) {
+    let (firm, matter) = match admit(&req, &state, &path) {
         Ok(v) => v,
         Err(r) => return r,
     };
@@ -253,10 +262,7 @@ async fn brief_request(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
-        return unauthorized();
-    }
-    let (firm, matter) = match ids(&path) {
+    let (firm, matter) = match admit(&req, &state, &path) {
         Ok(v) => v,
         Err(r) => return r,
     };
