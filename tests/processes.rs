@@ -11,11 +11,6 @@ use briefrail::testing::TestDb;
 use common::{NodeProcess, eventually, scratch_dir, spawn_node};
 use uuid::Uuid;
 
-async fn runs(db: &TestDb, firm: Uuid, matter: Uuid) -> Vec<RunRow> {
-    let mut c = db.pool.get().await.unwrap();
-    reads::runs(&mut c, firm, matter, 100).await.unwrap()
-}
-
 async fn new_matter(db: &TestDb, firm: Uuid) -> Uuid {
     let matter = Uuid::new_v4();
     let mut c = db.pool.get().await.unwrap();
@@ -25,60 +20,96 @@ async fn new_matter(db: &TestDb, firm: Uuid) -> Uuid {
     matter
 }
 
-fn node_of<'a>(nodes: &'a [NodeProcess], run: &RunRow) -> &'a NodeProcess {
-    nodes
-        .iter()
-        .find(|n| n.id == run.node_id)
-        .expect("the run names a node")
+/// Waits (up to `secs`) for a run of the matter that satisfies `pred`.
+async fn run_where(
+    db: &TestDb,
+    firm: Uuid,
+    matter: Uuid,
+    secs: u64,
+    what: &str,
+    pred: impl Fn(&RunRow) -> bool,
+) -> RunRow {
+    eventually(Duration::from_secs(secs), what, || async {
+        let mut c = db.pool.get().await.unwrap();
+        reads::runs(&mut c, firm, matter, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| pred(r))
+    })
+    .await
+}
+
+/// `n` nodes with `timing` on a database of their own, and a new matter whose first build is
+/// running (`held`).
+struct Cluster {
+    db: TestDb,
+    nodes: Vec<NodeProcess>,
+    firm: Uuid,
+    matter: Uuid,
+    held: RunRow,
+}
+
+impl Cluster {
+    async fn with_a_running_build(name: &str, n: usize, timing: &[(&str, &str)]) -> Self {
+        let db = TestDb::new(4).await.unwrap();
+        let dir = scratch_dir(name);
+        let nodes = (0..n)
+            .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), timing))
+            .collect();
+        let firm = Uuid::new_v4();
+        let matter = new_matter(&db, firm).await;
+        let held = run_where(&db, firm, matter, 20, "a running build", |r| {
+            r.outcome == "running"
+        })
+        .await;
+        Self {
+            db,
+            nodes,
+            firm,
+            matter,
+            held,
+        }
+    }
+
+    fn holder(&self) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.id == self.held.node_id)
+            .expect("the run names a node")
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
-    let db = TestDb::new(4).await.unwrap();
-    let dir = scratch_dir("sigstop");
     let timing = [
         ("BRIEFRAIL__LEASE__SECONDS", "2"),
         ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "0.4"),
         ("BUILD_SECONDS", "3"),
     ];
-    let mut nodes: Vec<NodeProcess> = (0..3)
-        .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), &timing))
-        .collect();
-    let firm = Uuid::new_v4();
-    let matter = new_matter(&db, firm).await;
+    let Cluster {
+        db,
+        mut nodes,
+        firm,
+        matter,
+        held,
+    } = Cluster::with_a_running_build("sigstop", 3, &timing).await;
+    let stopped = nodes.iter().position(|n| n.id == held.node_id).unwrap();
+    nodes[stopped].signal("-STOP");
 
-    let held = eventually(Duration::from_secs(20), "a running build", || async {
-        runs(&db, firm, matter)
-            .await
-            .into_iter()
-            .find(|r| r.outcome == "running")
+    let successor = run_where(&db, firm, matter, 30, "another node to land n+1", |r| {
+        r.token > held.token && r.outcome == "landed"
     })
     .await;
-    let stopped = node_of(&nodes, &held);
-    stopped.signal("-STOP");
-
-    let successor = eventually(
-        Duration::from_secs(30),
-        "another node to land n+1",
-        || async {
-            runs(&db, firm, matter)
-                .await
-                .into_iter()
-                .find(|r| r.token > held.token && r.outcome == "landed")
-        },
-    )
-    .await;
     assert_ne!(successor.node_id, held.node_id);
-    stopped.signal("-CONT");
-    let fenced = eventually(
-        Duration::from_secs(20),
+    nodes[stopped].signal("-CONT");
+    let fenced = run_where(
+        &db,
+        firm,
+        matter,
+        20,
         "the stopped node's run to end fenced",
-        || async {
-            runs(&db, firm, matter)
-                .await
-                .into_iter()
-                .find(|r| r.run_id == held.run_id && r.outcome == "fenced")
-        },
+        |r| r.run_id == held.run_id && r.outcome == "fenced",
     )
     .await;
     assert_eq!(fenced.token, held.token);
@@ -98,15 +129,13 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
     let survivor = held.node_id.clone();
     nodes.retain(|n| n.id == survivor);
     let next = new_matter(&db, firm).await;
-    let landed = eventually(
-        Duration::from_secs(30),
+    let landed = run_where(
+        &db,
+        firm,
+        next,
+        30,
         "the resumed node to land a new matter",
-        || async {
-            runs(&db, firm, next)
-                .await
-                .into_iter()
-                .find(|r| r.outcome == "landed")
-        },
+        |r| r.outcome == "landed",
     )
     .await;
     assert_eq!(landed.node_id, survivor);
@@ -114,38 +143,24 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_build_is_taken_over_within_lease_and_sweep() {
-    let db = TestDb::new(4).await.unwrap();
-    let dir = scratch_dir("sigkill");
     let timing = [
         ("BRIEFRAIL__LEASE__SECONDS", "2"),
         ("BRIEFRAIL__LEASE__HEARTBEAT_SECONDS", "0.4"),
         ("BUILD_SECONDS", "1.5"),
     ];
-    let nodes: Vec<NodeProcess> = (0..2)
-        .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), &timing))
-        .collect();
-    let firm = Uuid::new_v4();
-    let matter = new_matter(&db, firm).await;
-    let held = eventually(Duration::from_secs(20), "a running build", || async {
-        runs(&db, firm, matter)
-            .await
-            .into_iter()
-            .find(|r| r.outcome == "running")
-    })
-    .await;
-    let victim = nodes.iter().position(|n| n.id == held.node_id).unwrap();
-    nodes[victim].signal("-KILL");
+    let cluster = Cluster::with_a_running_build("sigkill", 2, &timing).await;
+    let Cluster {
+        ref db,
+        ref nodes,
+        firm,
+        matter,
+        ref held,
+    } = cluster;
+    nodes[cluster.holder()].signal("-KILL");
     let killed_at = chrono::Utc::now();
-    let successor = eventually(
-        Duration::from_secs(20),
-        "the other node to land",
-        || async {
-            runs(&db, firm, matter)
-                .await
-                .into_iter()
-                .find(|r| r.token > held.token && r.outcome == "landed")
-        },
-    )
+    let successor = run_where(db, firm, matter, 20, "the other node to land", |r| {
+        r.token > held.token && r.outcome == "landed"
+    })
     .await;
     assert_ne!(successor.node_id, held.node_id);
     // lease (2 s) after the last heartbeat + one sweep interval (0.25 s) + the nudge: the
@@ -155,56 +170,37 @@ async fn a_node_killed_mid_build_is_taken_over_within_lease_and_sweep() {
         waited < chrono::Duration::milliseconds(3500),
         "took over after {waited}"
     );
-    let old = runs(&db, firm, matter)
-        .await
-        .into_iter()
-        .find(|r| r.run_id == held.run_id)
-        .unwrap();
+    let old = run_where(db, firm, matter, 1, "the killed node's run", |r| {
+        r.run_id == held.run_id
+    })
+    .await;
     assert_eq!(old.outcome, "lease_expired");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_the_claim_back_and_exits_zero_within_grace() {
-    let db = TestDb::new(4).await.unwrap();
-    let dir = scratch_dir("sigterm");
     let timing = [
         ("BRIEFRAIL__LEASE__SECONDS", "30"),
         ("BRIEFRAIL__SHUTDOWN__GRACE_SECONDS", "1"),
         ("BUILD_SECONDS", "4"),
     ];
-    let mut nodes: Vec<NodeProcess> = (0..2)
-        .map(|i| spawn_node(&db, &dir, &format!("node-{i}"), &timing))
-        .collect();
-    let firm = Uuid::new_v4();
-    let matter = new_matter(&db, firm).await;
-    let held = eventually(Duration::from_secs(20), "a running build", || async {
-        runs(&db, firm, matter)
-            .await
-            .into_iter()
-            .find(|r| r.outcome == "running")
-    })
-    .await;
-    let victim = nodes.iter().position(|n| n.id == held.node_id).unwrap();
-    nodes[victim].signal("-TERM");
+    let mut cluster = Cluster::with_a_running_build("sigterm", 2, &timing).await;
+    let victim = cluster.holder();
+    let (firm, matter, held) = (cluster.firm, cluster.matter, cluster.held.clone());
+    cluster.nodes[victim].signal("-TERM");
     let termed_at = chrono::Utc::now();
-    let status = nodes[victim]
+    let status = cluster.nodes[victim]
         .wait_exit(Duration::from_secs(5))
         .expect("exits within grace + a margin");
     assert!(
         status.success(),
         "exit status {status:?}\n{}",
-        nodes[victim].log_text()
+        cluster.nodes[victim].log_text()
     );
-    let successor = eventually(
-        Duration::from_secs(20),
-        "the other node to take over",
-        || async {
-            runs(&db, firm, matter)
-                .await
-                .into_iter()
-                .find(|r| r.token > held.token)
-        },
-    )
+    let db = &cluster.db;
+    let successor = run_where(db, firm, matter, 20, "the other node to take over", |r| {
+        r.token > held.token
+    })
     .await;
     assert_ne!(successor.node_id, held.node_id);
     let waited = successor.started_at - termed_at;
@@ -212,20 +208,16 @@ async fn sigterm_hands_the_claim_back_and_exits_zero_within_grace() {
         waited < chrono::Duration::seconds(5),
         "took over after {waited}, the lease is 30 s"
     );
-    let old = runs(&db, firm, matter)
-        .await
-        .into_iter()
-        .find(|r| r.run_id == held.run_id)
-        .unwrap();
+    let old = run_where(db, firm, matter, 1, "the stopped node's run", |r| {
+        r.run_id == held.run_id
+    })
+    .await;
     assert_eq!(
         (old.outcome.as_str(), old.error.as_deref()),
         ("failed", Some("node shutting down"))
     );
-    eventually(Duration::from_secs(20), "the successor to land", || async {
-        runs(&db, firm, matter)
-            .await
-            .into_iter()
-            .find(|r| r.token > held.token && r.outcome == "landed")
+    run_where(db, firm, matter, 20, "the successor to land", |r| {
+        r.token > held.token && r.outcome == "landed"
     })
     .await;
 }
