@@ -87,13 +87,7 @@ impl Node {
             draining,
         });
         let supervisor = Supervisor::new(context.clone()).start();
-        let sweeper_actor = Sweeper::new(context.clone(), supervisor.clone());
-        let sweeper = if opts.sweeper {
-            sweeper_actor.start()
-        } else {
-            // Started without its timer: passes run only on SweepNow.
-            Sweeper::create(|_| sweeper_actor_manual(context.clone(), supervisor.clone()))
-        };
+        let sweeper = Sweeper::new(context.clone(), supervisor.clone(), opts.sweeper).start();
         tracing::info!(node_id = %context.node_id, builders = context.slots.size(), "node started");
         Self {
             context,
@@ -163,7 +157,3 @@ macro_rules! stoppable {
     )*};
 }
 stoppable!(Sweeper, crate::transport::postgres::PgTransport);
-
-fn sweeper_actor_manual(node: Arc<NodeContext>, supervisor: Addr<Supervisor>) -> Sweeper {
-    Sweeper::new(node, supervisor)
-}

@@ -29,11 +29,17 @@ pub struct SweepNow;
 pub struct Sweeper {
     node: Arc<NodeContext>,
     supervisor: Addr<Supervisor>,
+    /// Run a pass every `sweeper.interval_seconds`; without it passes run only on [`SweepNow`].
+    periodic: bool,
 }
 
 impl Sweeper {
-    pub fn new(node: Arc<NodeContext>, supervisor: Addr<Supervisor>) -> Self {
-        Self { node, supervisor }
+    pub fn new(node: Arc<NodeContext>, supervisor: Addr<Supervisor>, periodic: bool) -> Self {
+        Self {
+            node,
+            supervisor,
+            periodic,
+        }
     }
 
     /// One pass: sweep, then reconcile; nudge every matter found.
@@ -71,6 +77,9 @@ impl Actor for Sweeper {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.periodic {
+            return;
+        }
         let every = Duration::from_secs_f64(self.node.settings.sweeper.interval_seconds);
         ctx.run_interval(every, |act, ctx| {
             let (node, supervisor) = (act.node.clone(), act.supervisor.clone());

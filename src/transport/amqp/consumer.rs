@@ -158,16 +158,21 @@ async fn handle(
             // before the nack keeps a down database from turning into a redelivery storm.
             tracing::warn!(error = %e, "cannot record the demand; requeueing");
             tokio::time::sleep(Duration::from_millis(500)).await;
-            d.acker
-                .nack(BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                })
-                .await
-                .map_err(broker)?;
-            Ok(())
+            requeue(&d).await
         }
     }
+}
+
+/// Gives the message back to the queue (counts toward the quorum queue's delivery limit).
+async fn requeue(d: &Delivery) -> Result<()> {
+    d.acker
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        })
+        .await
+        .map_err(broker)?;
+    Ok(())
 }
 
 async fn apply(opts: &AmqpOptions, e: &EventEnvelope) -> Result<Applied> {
@@ -199,13 +204,7 @@ async fn dead_letter(opts: &AmqpOptions, dead: &Channel, d: &Delivery, reason: &
         .await
         .map_err(broker)?;
     if !matches!(confirm, Confirmation::Ack(None)) {
-        d.acker
-            .nack(BasicNackOptions {
-                requeue: true,
-                ..Default::default()
-            })
-            .await
-            .map_err(broker)?;
+        requeue(d).await?;
         return Err(Error::Broker(
             "the dead-letter exchange refused the message".into(),
         ));

@@ -184,13 +184,6 @@ async fn confirmed(pending: Pending, rows: &[OutboxRow], broken: Option<Error>) 
     }
 }
 
-/// Leases a batch, publishes it and awaits every confirm. Does not mark anything.
-pub async fn publish_only(ch: &Channel, opts: &AmqpOptions) -> Result<BatchOutcome> {
-    let rows = lease(opts).await?;
-    let (pending, broken) = publish(ch, opts, &rows).await;
-    Ok(confirmed(pending, &rows, broken).await)
-}
-
 /// Tells the ledger what the broker confirmed (published) and what it did not (error kept on
 /// the row, backoff set).
 pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
@@ -206,16 +199,6 @@ pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
         outbox::mark_failed(&mut c, &[*id], error).await?;
     }
     Ok(())
-}
-
-/// Publishes one batch with confirms and marks it. Returns how many rows it took.
-pub async fn publish_batch(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
-    let mut outcome = publish_only(ch, opts).await?;
-    mark(opts, &outcome).await?;
-    match outcome.broken.take() {
-        Some(e) => Err(e),
-        None => Ok(outcome.taken),
-    }
 }
 
 /// Publishes everything publishable now. While the broker confirms batch k, the ledger marks
