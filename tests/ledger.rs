@@ -33,6 +33,19 @@ fn long() -> Duration {
     Duration::from_secs(600)
 }
 
+/// A retry, as reconcile's nudge makes it: the demand is already on the row.
+async fn retried(db: &TestDb, firm: Uuid, matter: Uuid) -> Claim {
+    let mut c = db.pool.get().await.expect("conn");
+    let req = ClaimRequest {
+        demand_recorded: true,
+        ..req(firm, matter, long())
+    };
+    t::claim(&mut c, &req)
+        .await
+        .expect("claim")
+        .expect("the matter is free and unserved")
+}
+
 async fn won(db: &TestDb, firm: Uuid, matter: Uuid) -> Claim {
     let mut c = db.pool.get().await.expect("conn");
     t::claim(&mut c, &req(firm, matter, long()))
@@ -665,7 +678,7 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         assert!(offered, "attempt {attempt} was not offered by reconcile");
-        let claim = won(&db, firm, matter).await;
+        let claim = retried(&db, firm, matter).await;
         t::fail(&mut c, &claim, "model panel unavailable", false, &policy)
             .await
             .unwrap();
@@ -728,6 +741,68 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
             .is_fenced()
     );
     assert_eq!(job(&db, firm, matter).await, before);
+}
+
+/// Found by the model check: a new demand that reaches a failing matter through the plain
+/// path (a claim, or a lost claim recorded on a running retry) restarts its retries, as
+/// `ops.demand` does; otherwise it could stop after one failure of its own build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_claim_or_a_recorded_lost_claim_restarts_the_retries_of_a_failing_matter() {
+    let db = TestDb::new(2).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    let policy = RetryPolicy {
+        max_attempts: 2,
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+    };
+    let failures = async |db: &TestDb| job(db, firm, matter).await.consecutive_failures;
+
+    // One failure; a retry runs, and a new demand loses its plain claim to it: recorded.
+    let first = won(&db, firm, matter).await;
+    t::fail(&mut c, &first, "flaky", false, &policy)
+        .await
+        .unwrap();
+    assert_eq!(failures(&db).await, 1);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let retry = retried(&db, firm, matter).await;
+    assert_eq!(failures(&db).await, 1, "a retry is not a demand");
+    match t::claim_or_record(&mut c, &req(firm, matter, long()))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Recorded { .. } => {}
+        other => panic!("the retry holds the matter: {other:?}"),
+    }
+    assert_eq!(
+        failures(&db).await,
+        0,
+        "the recorded demand restarts the retries"
+    );
+    // The retry fails: one failure since the new demand, so reconcile still offers it.
+    t::fail(&mut c, &retry, "flaky", false, &policy)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let offered = t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        offered.iter().any(|m| m.matter_id == matter),
+        "retries stopped too early"
+    );
+
+    // At the limit, a plain claim (a new demand) that wins restarts the count too.
+    let retry = retried(&db, firm, matter).await;
+    t::fail(&mut c, &retry, "flaky", false, &policy)
+        .await
+        .unwrap();
+    assert_eq!(failures(&db).await, 2);
+    let fresh = won(&db, firm, matter).await;
+    t::fail(&mut c, &fresh, "flaky", false, &policy)
+        .await
+        .unwrap();
+    assert_eq!(failures(&db).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

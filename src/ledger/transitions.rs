@@ -78,7 +78,9 @@ pub struct ClaimRequest {
     /// or duplicated nudge costs no build), and a lost claim records nothing more (the running
     /// build's commit already knows of the demand): without this, every node that heard a burst
     /// would add its own follow-up. `false` is the protocol's plain claim, which is itself a
-    /// demand: it always bumps the dispenser, and a lost one is recorded on the running row.
+    /// demand: it always bumps the dispenser and restarts the retries of a failing matter, and
+    /// a lost one is recorded on the running row (restarting them too). Retries (reconcile's
+    /// nudges) are not demands: they claim with `true`.
     pub demand_recorded: bool,
 }
 
