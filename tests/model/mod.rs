@@ -192,7 +192,7 @@ impl Model for Rail {
                 out.push(Action::Duplicate(f));
             }
         }
-        for n in 0..s.nodes.len() {
+        for n in 0..self.nodes {
             let node = &s.nodes[n];
             if node.paused {
                 out.push(Action::Resume(n));
@@ -441,7 +441,7 @@ impl Model for Rail {
             // finite, so "eventually" is: the state where nothing can happen any more serves
             // every fact. The condition holds only there, so no earlier state can satisfy it.
             Property::<Self>::eventually("every demand is eventually served", |m, s| {
-                m.is_terminal(s) && m.all_served(s)
+                m.all_served(s) && m.is_terminal(s)
             }),
             // Reachability: the model is not vacuous.
             Property::<Self>::sometimes("a zombie's commit is refused", |_, s| s.zombie_refused),

@@ -37,7 +37,7 @@ pub struct Row {
 }
 
 /// A row of `ops.matter_frames`, plus a ghost bit.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Frame {
     /// `generation`: the token of the build that wrote it.
     pub token: u8,
@@ -48,7 +48,7 @@ pub struct Frame {
 }
 
 /// What a node's matter actor is doing for the matter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Phase {
     Idle,
     /// Its claim returned NULL; next it reads the row (`claim_or_record`, demand recorded).
@@ -60,7 +60,7 @@ pub enum Phase {
 }
 
 /// A build in a node's hands: its token is all it carries.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Build {
     pub token: u8,
     pub snapshot: u8,
@@ -71,7 +71,7 @@ pub struct Build {
 }
 
 /// A briefrail process: a consumer, a matter actor and a builder.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Node {
     pub phase: Phase,
     /// The matter actor's coalesced nudge: it will claim when it is idle.
@@ -112,10 +112,12 @@ pub struct State {
     /// The trigger's inbox (`ops.consumed_events`), as a bitmask.
     pub consumed: u8,
     /// Copies of each fact's event in the broker (index `f - 1`).
-    pub in_flight: Vec<u8>,
+    pub in_flight: [u8; MAX_FACTS],
     /// Reconcile's nudges in flight.
     pub pokes: u8,
-    pub nodes: Vec<Node>,
+    /// The first `Rail::nodes` are in play; the rest stay fresh (fixed arrays keep a state
+    /// free of heap allocations, which is most of the cost of exploring millions of them).
+    pub nodes: [Node; MAX_NODES],
     /// Faults the environment may still inject.
     pub faults_left: u8,
     /// Ghost: the highest token ever issued, and whether a claim ever issued one not above it.
@@ -130,21 +132,29 @@ pub struct State {
     pub failures_since_demand: u8,
 }
 
+/// The largest bounds the state's arrays hold.
+pub const MAX_NODES: usize = 3;
+pub const MAX_FACTS: usize = 4;
+
 pub fn bit(fact: u8) -> u8 {
     1 << (fact - 1)
 }
 
 impl State {
     pub fn initial(nodes: usize, facts: u8, faults: u8) -> State {
+        assert!(
+            nodes <= MAX_NODES && facts as usize <= MAX_FACTS,
+            "beyond the model's arrays"
+        );
         State {
             row: None,
             frames: Vec::new(),
             facts: 0,
             published: 0,
             consumed: 0,
-            in_flight: vec![0; facts as usize],
+            in_flight: [0; MAX_FACTS],
             pokes: 0,
-            nodes: vec![Node::FRESH; nodes],
+            nodes: [Node::FRESH; MAX_NODES],
             faults_left: faults,
             max_issued: 0,
             token_reused: false,
