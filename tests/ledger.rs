@@ -26,6 +26,7 @@ fn req(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
         trace_id: None,
         event_ids: vec![],
         demand_recorded: false,
+        max_attempts: 5,
     }
 }
 
@@ -95,7 +96,9 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
         match task.await.expect("task") {
             ClaimOutcome::Won(c) => winners.push(c),
             ClaimOutcome::Recorded { .. } => recorded += 1,
-            ClaimOutcome::Served => panic!("the plain claim never reports Served"),
+            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } => {
+                panic!("the plain claim never reports Served")
+            }
         }
     }
     assert_eq!(winners.len(), 1, "exactly one token: {winners:?}");
@@ -306,7 +309,9 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
         });
         let landed = committer.await.unwrap();
         match demander.await.unwrap() {
-            ClaimOutcome::Served => panic!("the plain claim never reports Served"),
+            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } => {
+                panic!("the plain claim never reports Served")
+            }
             ClaimOutcome::Won(c) => {
                 won_after += 1;
                 assert_eq!(landed, Landed::Idle);
@@ -803,6 +808,56 @@ async fn a_plain_claim_or_a_recorded_lost_claim_restarts_the_retries_of_a_failin
         .await
         .unwrap();
     assert_eq!(failures(&db).await, 1);
+}
+
+/// Found by checking the model against the runtime: the sweeper nudges every matter whose lease
+/// it failed, and that nudge's claim ignored the retry limit, so a build that kept losing its
+/// lease (its node killed by every build) was retried without end while reconcile had stopped.
+/// A claim for a recorded demand or a retry now refuses a row at the limit, whoever nudged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matter_that_keeps_losing_its_lease_stops_being_retried_until_a_new_demand() {
+    let db = TestDb::new(2).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    let nudged = ClaimRequest {
+        demand_recorded: true,
+        max_attempts: 2,
+        ..req(firm, matter, long())
+    };
+    t::demand(&mut c, firm, matter).await.unwrap();
+    for attempt in 1..=2 {
+        let ClaimOutcome::Won(claim) = t::claim_or_record(&mut c, &nudged).await.unwrap() else {
+            panic!("attempt {attempt} must be claimed")
+        };
+        // Its node dies; the lease runs out; the sweep fails the claim (and nudges again).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let swept = t::sweep(&mut c, Duration::from_millis(1), 100)
+            .await
+            .unwrap();
+        assert!(
+            swept
+                .iter()
+                .any(|(m, token)| m.matter_id == matter && *token == claim.token)
+        );
+    }
+    match t::claim_or_record(&mut c, &nudged).await.unwrap() {
+        ClaimOutcome::RetriesExhausted {
+            consecutive_failures: 2,
+        } => {}
+        other => panic!("the sweep's nudge must not start a third attempt: {other:?}"),
+    }
+    assert!(t::claim(&mut c, &nudged).await.unwrap().is_none());
+    let row = job(&db, firm, matter).await;
+    assert!(
+        row.unserved() && row.run_status == "failed",
+        "visible on the row"
+    );
+    // A new demand restarts the retries.
+    t::demand(&mut c, firm, matter).await.unwrap();
+    assert!(matches!(
+        t::claim_or_record(&mut c, &nudged).await.unwrap(),
+        ClaimOutcome::Won(_)
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

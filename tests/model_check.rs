@@ -3,8 +3,9 @@
 //!
 //! - The runtime's trigger and PROTOCOL.md's plain trigger keep every property on every
 //!   schedule up to the default bound (`Rail::default_bound`).
-//! - Four deliberate bugs each produce a counterexample, so the checker is known to be able to
-//!   fail: the seed's upsert, a CAS without the token, deletable job rows, and no reconcile.
+//! - Six deliberate bugs each produce a counterexample, so the checker is known to be able to
+//!   fail: the seed's upsert, a CAS without the token, deletable job rows, no reconcile, a
+//!   retry claim without the limit, a demand without snapshot coverage.
 //! - The model has no cycles, which is what makes its "eventually" exact.
 //! - `cargo test --release --test model_check -- --ignored` checks the larger bound.
 
@@ -98,6 +99,18 @@ fn a_cas_without_the_token_lands_a_zombie() {
 fn deleting_job_rows_reuses_tokens() {
     let rail = Rail::default_bound(Trigger::DemandThenClaim).with_flaw(Flaw::RowDeletion);
     caught(rail, &["tokens strictly increase"]);
+}
+
+#[test]
+fn a_claim_that_ignores_the_retry_limit_retries_forever() {
+    let rail = Rail::default_bound(Trigger::DemandThenClaim).with_flaw(Flaw::RetryWithoutLimit);
+    caught(rail, &["a failing matter is not retried past its limit"]);
+}
+
+#[test]
+fn a_demand_without_snapshot_coverage_costs_needless_builds() {
+    let rail = Rail::default_bound(Trigger::DemandThenClaim).with_flaw(Flaw::NoCoverage);
+    caught(rail, &["every build reads a fact the Brief lacks"]);
 }
 
 #[test]

@@ -176,10 +176,18 @@ async fn claim_cycle(
         event_ids: pending.event_ids.clone(),
         // A nudge is a hint that follows a demand the trigger already recorded.
         demand_recorded: true,
+        max_attempts: node.settings.retry.max_attempts,
     };
     match t::claim_or_record(&mut conn, &req).await {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
+        Ok(ClaimOutcome::RetriesExhausted {
+            consecutive_failures,
+        }) => {
+            tracing::info!(firm_id = %key.firm_id, matter_id = %key.matter_id, consecutive_failures,
+                           "retries exhausted; the matter waits for a new demand");
+            None
+        }
         Ok(ClaimOutcome::Recorded {
             requested_generation,
         }) => {

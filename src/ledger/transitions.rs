@@ -2,7 +2,7 @@
 //!
 //! Each statement lives in `migrations/2026-11-29-000002_ledger_transitions/up.sql` as a SQL
 //! function of the same name (so diesel caches it as a prepared statement; `claim` and
-//! `record_lost_claim` as replaced by `…000003_plain_claims_restart_retries`); this module is its
+//! `record_lost_claim` as replaced by `…000003_retries_and_new_demands`); this module is its
 //! only caller. `tests/model/ledger.rs` mirrors each statement in the model check. Every function takes `&mut AsyncPgConnection` and runs in its own short
 //! autocommit transaction, except [`commit`], which opens the one transaction the protocol
 //! allows: the compare-and-swap, the frame insert and the embedding application's own writes.
@@ -30,7 +30,7 @@ mod sql {
         #[sql_name = "ops.claim"]
         fn claim(firm: SqlUuid, matter: SqlUuid, lease_secs: Double, run_id: SqlUuid, node: Text,
                  trace_id: Nullable<Text>, event_ids: Array<SqlUuid>,
-            only_unserved: Bool) -> Nullable<BigInt>;
+            only_unserved: Bool, max_attempts: Integer) -> Nullable<BigInt>;
     }
     diesel::define_sql_function! {
         #[sql_name = "ops.record_lost_claim"]
@@ -83,6 +83,11 @@ pub struct ClaimRequest {
     /// a lost one is recorded on the running row (restarting them too). Retries (reconcile's
     /// nudges) are not demands: they claim with `true`.
     pub demand_recorded: bool,
+    /// With [`demand_recorded`](Self::demand_recorded): a row that has failed this many times
+    /// in a row is not claimed, whoever nudged (reconcile, the sweeper after a lease expired, a
+    /// late nudge): retries stop until a new demand restarts them. The retry policy's
+    /// `max_attempts`. A plain claim is a new demand and ignores it.
+    pub max_attempts: u32,
 }
 
 /// How failing builds are retried (config section `retry`).
@@ -141,6 +146,7 @@ pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<O
         req.trace_id.as_deref(),
         &req.event_ids,
         req.demand_recorded,
+        i32::try_from(req.max_attempts).unwrap_or(i32::MAX),
     ))
     .get_result(conn)
     .await?;
@@ -174,6 +180,9 @@ pub enum ClaimOutcome {
     Recorded { requested_generation: i64 },
     /// Only with [`ClaimRequest::demand_recorded`]: every demand is already served.
     Served,
+    /// Only with [`ClaimRequest::demand_recorded`]: the matter failed `max_attempts` times in a
+    /// row; it waits for a new demand (the row shows it as unserved and failed).
+    RetriesExhausted { consecutive_failures: i32 },
 }
 
 /// **claim**, then the **lost-claim loop**: claim; if a build is running, record the demand on
@@ -199,6 +208,11 @@ pub async fn claim_or_record(
                     });
                 }
                 Some(j) if !j.unserved() => return Ok(ClaimOutcome::Served),
+                Some(j) if i64::from(j.consecutive_failures) >= i64::from(req.max_attempts) => {
+                    return Ok(ClaimOutcome::RetriesExhausted {
+                        consecutive_failures: j.consecutive_failures,
+                    });
+                }
                 _ => continue,
             }
         }

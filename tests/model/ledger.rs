@@ -1,9 +1,10 @@
 //! The ledger's transitions, one function per SQL function of
 //! `migrations/2026-11-29-000002_ledger_transitions/up.sql` (same names; `claim` and
-//! `record_lost_claim` as replaced by `…000003_plain_claims_restart_retries`), each applied
+//! `record_lost_claim` as replaced by `…000003_retries_and_new_demands`), each applied
 //! atomically as the statement is. Comments quote the SQL clause each line mirrors.
 //!
-//! The three flaws of the negative controls are switched here, at the statement they break.
+//! The flaws of the negative controls that break a statement are switched here (the others,
+//! which break the code around the statements, in `mod.rs`).
 
 use super::Flaw;
 use super::state::{Frame, Row, State, Status};
@@ -24,12 +25,16 @@ impl State {
         if token <= self.max_issued {
             self.token_reused = true;
         }
+        // The build reads the facts committed now; the Brief already holds them all.
+        if self.facts <= self.brief_snapshot() {
+            self.needless_build = true;
+        }
         self.max_issued = self.max_issued.max(token);
     }
 
     /// `ops.demand(p_firm, p_matter, p_xact)`: the trigger's demand for fact `fact`, in the
     /// inbox transaction. `None`: covered (a running or landed build reads the fact already).
-    pub fn demand(&mut self, fact: u8) -> Option<u8> {
+    pub fn demand(&mut self, fact: u8, flaw: Flaw) -> Option<u8> {
         let Some(j) = &mut self.row else {
             // INSERT ... VALUES (p_firm, p_matter, 1)
             self.row = Some(Row {
@@ -48,7 +53,9 @@ impl State {
         };
         // covered: snapshot NOT NULL AND (running OR (idle AND landed = claimed))
         //          AND pg_visible_in_snapshot(p_xact, claimed_snapshot)
-        let covered = j.claimed_snapshot.is_some_and(|s| fact <= s)
+        // The flaw: the demand of the seed, which never asks whether a build reads the fact.
+        let covered = flaw != Flaw::NoCoverage
+            && j.claimed_snapshot.is_some_and(|s| fact <= s)
             && (j.status == Status::Running || (j.status == Status::Idle && j.landed == j.claimed));
         if !covered {
             j.requested += 1; // requested_generation + 1
@@ -62,8 +69,9 @@ impl State {
         (!covered).then_some(j.requested)
     }
 
-    /// `ops.claim(..., p_only_unserved)`: the seed's conditional upsert. `Some(token)` wins.
-    pub fn claim(&mut self, only_unserved: bool) -> Option<u8> {
+    /// `ops.claim(..., p_only_unserved, p_max_attempts)`: the seed's conditional upsert.
+    /// `Some(token)` wins.
+    pub fn claim(&mut self, only_unserved: bool, max_attempts: u8, flaw: Flaw) -> Option<u8> {
         let snapshot = self.facts; // pg_current_snapshot()
         let token = match &mut self.row {
             None => {
@@ -84,10 +92,16 @@ impl State {
             }
             Some(j) => {
                 // WHERE (run_status <> 'running' OR claimed_at < now() - lease)
-                //   AND (NOT p_only_unserved OR landed_generation < requested_generation)
+                //   AND (NOT p_only_unserved OR (landed_generation < requested_generation
+                //                                AND consecutive_failures < p_max_attempts))
                 let free = j.status != Status::Running || j.lease_expired;
-                if !free || (only_unserved && j.landed >= j.requested) {
+                // The flaw: the claim of 000002, which let any nudge retry an exhausted row.
+                let limited = flaw != Flaw::RetryWithoutLimit && j.failures >= max_attempts;
+                if !free || (only_unserved && (j.landed >= j.requested || limited)) {
                     return None;
+                }
+                if only_unserved && j.failures >= max_attempts {
+                    self.retried_after_giving_up = true; // ghost
                 }
                 j.status = Status::Running;
                 j.rebuild_needed = false;

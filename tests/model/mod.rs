@@ -82,6 +82,12 @@ pub enum Flaw {
     /// The sweeper never reconciles: a nudge lost after its demand was recorded is never
     /// followed up. Safety holds (the row still owes the demand); liveness must not.
     NoReconcile,
+    /// The claim of migration 000002: a claim for a recorded demand ignored the retry limit,
+    /// so the sweeper's nudge retried a matter whose builds kept losing their lease forever.
+    RetryWithoutLimit,
+    /// `ops.demand` without the snapshot: every demand mid-build owes a follow-up, even for a
+    /// fact the running build reads already.
+    NoCoverage,
 }
 
 /// The bound and the variant to check.
@@ -271,9 +277,14 @@ impl Model for Rail {
             }
             Action::Claim(n) => self.claim(&mut s, n),
             Action::ReadRow(n) => {
-                // claim_or_record: running → Recorded; all served → Served; else claim again.
+                // claim_or_record: running → Recorded; all served → Served; retries exhausted
+                // → RetriesExhausted; else claim again.
                 let j = s.row.as_ref();
-                let again = j.is_none_or(|j| j.status != Status::Running && j.landed < j.requested);
+                let again = j.is_none_or(|j| {
+                    j.status != Status::Running
+                        && j.landed < j.requested
+                        && j.failures < self.max_attempts
+                });
                 s.nodes[n].phase = Phase::Idle;
                 s.nodes[n].pending |= again;
                 true
@@ -316,12 +327,16 @@ impl Model for Rail {
                         token,
                         snapshot,
                         serves,
-                    } => Phase::Building(Build {
-                        token,
-                        snapshot,
-                        heartbeats_left: self.heartbeats,
-                        serves,
-                    }),
+                    } => {
+                        // The actor hands its pending nudges to the follow-up: they add nothing.
+                        s.nodes[n].pending = false;
+                        Phase::Building(Build {
+                            token,
+                            snapshot,
+                            heartbeats_left: self.heartbeats,
+                            serves,
+                        })
+                    }
                 };
                 true
             }
@@ -375,6 +390,7 @@ impl Model for Rail {
                 let swept = s.sweep();
                 if swept {
                     s.count_failure(1, self.max_attempts);
+                    s.pokes = 1; // the sweeper nudges the matter it swept
                 }
                 swept
             }
@@ -429,10 +445,21 @@ impl Model for Rail {
                 s.frames.windows(2).all(|w| w[0].token < w[1].token)
             }),
             Property::<Self>::always("tokens strictly increase", |_, s| !s.token_reused),
+            // PROTOCOL.md, fail: retries stop after the configured attempts until a new demand,
+            // whoever nudges (reconcile, the sweeper, a late or duplicated nudge).
+            Property::<Self>::always("a failing matter is not retried past its limit", |_, s| {
+                !s.retried_after_giving_up
+            }),
             Property::<Self>::always("landed_generation <= requested_generation", |_, s| {
                 s.row.as_ref().is_none_or(|j| j.landed <= j.requested)
             }),
-            // Guarantee 3's safety half and guarantee 4's: a demand, once recorded (its
+            // Guarantee 3: demands during a build cost one follow-up and no more; stronger,
+            // no build starts that reads nothing the Brief lacks. The runtime's trigger only:
+            // the plain one cannot tell a duplicate delivery's claim from a new demand's.
+            Property::<Self>::always("every build reads a fact the Brief lacks", |m, s| {
+                m.trigger == Trigger::ClaimAsDemand || !s.needless_build
+            }),
+            // Guarantee 4's safety half: a demand, once recorded (its
             // delivery acked), is in the Brief or owed by the row.
             Property::<Self>::always("a recorded demand is never lost", |_, s| {
                 (1..=s.facts).all(|f| s.consumed & bit(f) == 0 || s.served(f) || s.owed(f))
@@ -473,7 +500,7 @@ impl Rail {
             Trigger::DemandThenClaim => {
                 s.consumed |= bit(f);
                 s.failures_since_demand = 0;
-                if s.demand(f).is_some() {
+                if s.demand(f, self.flaw).is_some() {
                     s.nodes[n].pending = true; // covered demands nudge nobody
                 }
             }
@@ -491,7 +518,7 @@ impl Rail {
         // is a retry, and claims as the runtime does (`demand_recorded = true`).
         let as_demand = self.trigger == Trigger::ClaimAsDemand && s.nodes[n].in_hand.is_some();
         let only_unserved = !as_demand;
-        if let Some(token) = s.claim(only_unserved) {
+        if let Some(token) = s.claim(only_unserved, self.max_attempts, self.flaw) {
             s.nodes[n].phase = Phase::Building(Build {
                 token,
                 snapshot: s.facts,

@@ -130,6 +130,10 @@ pub struct State {
     /// Ghost: failures counted since the last demand or landing (a permanent one counts as
     /// the attempt limit), capped there. Retries may stop only after this many.
     pub failures_since_demand: u8,
+    /// Ghost: a claim that was not a new demand took a row whose retries were exhausted.
+    pub retried_after_giving_up: bool,
+    /// Ghost: a claim started a build that reads no fact the Brief lacks.
+    pub needless_build: bool,
 }
 
 /// The largest bounds the state's arrays hold.
@@ -161,6 +165,8 @@ impl State {
             zombie_refused: false,
             follow_up_served_many: false,
             failures_since_demand: 0,
+            retried_after_giving_up: false,
+            needless_build: false,
         }
     }
 

@@ -1,11 +1,8 @@
--- A plain claim (p_only_unserved = false) and a recorded lost claim are demands: they bump
--- the dispenser. Until now they did not restart the retries of a failing matter the way
--- ops.demand does, so a new demand that reached a failing matter through the plain path could
--- stop after a single failure of its own build. Found by the model check
--- (tests/model_check.rs, "every demand is eventually served" with the plain trigger).
--- Retries themselves claim with p_only_unserved (they are not demands) and restart nothing.
+-- Back to the definitions of 2026-11-29-000002_ledger_transitions.
 
-CREATE OR REPLACE FUNCTION ops.claim(p_firm uuid, p_matter uuid, p_lease_secs double precision,
+DROP FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer);
+
+CREATE FUNCTION ops.claim(p_firm uuid, p_matter uuid, p_lease_secs double precision,
                           p_run_id uuid, p_node text, p_trace_id text, p_event_ids uuid[],
                           p_only_unserved boolean)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
@@ -21,8 +18,6 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
             claimed_generation   = j.requested_generation + 1,
             claimed_at           = now(),
             claimed_snapshot     = pg_current_snapshot()::text,
-            -- A plain claim is itself a demand: like ops.demand, it restarts the retries.
-            consecutive_failures = CASE WHEN p_only_unserved THEN j.consecutive_failures ELSE 0 END,
             updated_at           = now()
         WHERE (j.run_status <> 'running'
                OR j.claimed_at < now() - make_interval(secs => p_lease_secs))
@@ -49,9 +44,6 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
     UPDATE ops.matter_frame_jobs
        SET requested_generation = requested_generation + 1,
            rebuild_needed       = true,
-           -- A new demand: retries of a failing matter restart (as in ops.demand).
-           consecutive_failures = 0,
-           not_before           = NULL,
            updated_at           = now()
      WHERE firm_id = p_firm AND matter_id = p_matter AND run_status = 'running'
     RETURNING requested_generation
