@@ -1,8 +1,9 @@
 //! A model of the Brief rail protocol (`PROTOCOL.md`), checked exhaustively by `stateright`.
 //!
 //! Tests show the code does what we meant on the schedules we tried; this shows the protocol
-//! is right on *every* schedule up to a bound: every interleaving of two or three nodes, the
-//! sweeper, the relay, the broker and the clock, with up to `faults` injected faults.
+//! is right on *every* schedule up to a bound: every interleaving of two nodes (three in the
+//! larger bound), the sweeper, the relay, the broker and the clock, with up to `faults`
+//! injected faults.
 //!
 //! # What is modelled, and the statement each step mirrors
 //!
@@ -25,7 +26,7 @@
 //! | `Crash(n)` | kill -9: the node's memory is gone, its unacked delivery returns (a fault) | — | — |
 //! | `Pause(n)` / `Resume(n)` | SIGSTOP / SIGCONT: the zombie (pausing is a fault) | — | — |
 //! | `Tick` | the database clock passes a lease / a backoff | `now()` | — |
-//! | `Sweep` | the sweeper fails a running row whose lease expired | `ops.sweep` | `transitions::sweep` |
+//! | `Sweep` | the sweeper fails a running row whose lease expired, and nudges its matter | `ops.sweep` | `transitions::sweep`, `actors::sweeper` |
 //! | `Reconcile` | the sweeper nudges a matter with unserved demand | `ops.unserved` | `transitions::unserved` |
 //! | `LoseEvent(f)`, `LosePoke`, `Duplicate(f)` | the broker drops or redelivers (faults) | — | — |
 //! | `DeleteRow` | only in the ABA flaw: the no-delete trigger is gone | `DELETE` (refused by the trigger) | — |
