@@ -3,9 +3,11 @@
 //!
 //! - The runtime's trigger and PROTOCOL.md's plain trigger keep every property on every
 //!   schedule up to the default bound (`Rail::default_bound`).
-//! - Six deliberate bugs each produce a counterexample, so the checker is known to be able to
+//! - Seven deliberate bugs each produce a counterexample, so the checker is known to be able to
 //!   fail: the seed's upsert, a CAS without the token, deletable job rows, no reconcile, a
-//!   retry claim without the limit, a demand without snapshot coverage.
+//!   retry claim without the limit, a demand without snapshot coverage, a plain demand that
+//!   keeps the failure count (the last three are the code before migration 000003, or the
+//!   seed's demand).
 //! - The model has no cycles, which is what makes its "eventually" exact.
 //! - `cargo test --release --test model_check -- --ignored` checks the larger bound.
 
@@ -105,6 +107,12 @@ fn deleting_job_rows_reuses_tokens() {
 fn a_claim_that_ignores_the_retry_limit_retries_forever() {
     let rail = Rail::default_bound(Trigger::DemandThenClaim).with_flaw(Flaw::RetryWithoutLimit);
     caught(rail, &["a failing matter is not retried past its limit"]);
+}
+
+#[test]
+fn a_plain_demand_that_keeps_the_failure_count_gives_up_too_early() {
+    let rail = Rail::default_bound(Trigger::ClaimAsDemand).with_flaw(Flaw::PlainDemandKeepsRetries);
+    caught(rail, &["every demand is eventually served"]);
 }
 
 #[test]
@@ -223,12 +231,39 @@ fn the_cycle_search_finds_a_cycle_and_only_a_cycle() {
     );
 }
 
+/// The larger bound, or `BRIEFRAIL_MODEL_BOUND=nodes,facts,faults` (at most 3 nodes, 4 facts):
+/// both triggers, every property, and no cycles at that bound either.
 #[test]
-#[ignore = "the larger bound: minutes in a release build"]
+#[ignore = "the larger bound: a few minutes in a release build"]
 fn larger_bound() {
-    holds(Rail::larger_bound(Trigger::DemandThenClaim));
-    holds(Rail {
-        facts: 3,
-        ..Rail::default_bound(Trigger::ClaimAsDemand)
+    let custom: Option<Vec<u8>> = std::env::var("BRIEFRAIL_MODEL_BOUND").ok().map(|v| {
+        v.split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("BRIEFRAIL_MODEL_BOUND: nodes,facts,faults")
+            })
+            .collect()
     });
+    for trigger in [Trigger::DemandThenClaim, Trigger::ClaimAsDemand] {
+        let rail = match (&custom, trigger) {
+            (Some(b), _) => Rail {
+                nodes: b[0] as usize,
+                facts: b[1],
+                faults: b[2],
+                ..Rail::default_bound(trigger)
+            },
+            (None, Trigger::DemandThenClaim) => Rail::larger_bound(trigger),
+            // The plain trigger with three nodes: set BRIEFRAIL_MODEL_BOUND=3,3,2.
+            (None, Trigger::ClaimAsDemand) => Rail {
+                facts: 3,
+                ..Rail::default_bound(trigger)
+            },
+        };
+        holds(rail.clone());
+        match find_cycle(&rail) {
+            Ok(states) => println!("{trigger:?}: acyclic, {states} states"),
+            Err(cycle) => panic!("{trigger:?}: a cycle: {cycle:?}"),
+        }
+    }
 }

@@ -109,7 +109,7 @@ impl State {
                 j.claimed = j.requested;
                 j.lease_expired = false; // claimed_at = now()
                 j.claimed_snapshot = Some(snapshot);
-                if !only_unserved {
+                if !only_unserved && flaw != Flaw::PlainDemandKeepsRetries {
                     j.failures = 0; // a plain claim is a demand (migration 000003)
                 }
                 j.piled_up = 0;
@@ -121,12 +121,14 @@ impl State {
     }
 
     /// `ops.record_lost_claim`: `WHERE run_status = 'running'`. `None`: not running any more.
-    pub fn record_lost_claim(&mut self) -> Option<u8> {
+    pub fn record_lost_claim(&mut self, flaw: Flaw) -> Option<u8> {
         let j = self.row.as_mut().filter(|j| j.status == Status::Running)?;
         j.requested += 1;
         j.rebuild_needed = true;
-        j.failures = 0; // a new demand restarts retries (migration 000003)
-        j.backing_off = false;
+        if flaw != Flaw::PlainDemandKeepsRetries {
+            j.failures = 0; // a new demand restarts retries (migration 000003)
+            j.backing_off = false;
+        }
         j.piled_up += 1;
         Some(j.requested)
     }

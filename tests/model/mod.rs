@@ -89,6 +89,9 @@ pub enum Flaw {
     /// `ops.demand` without the snapshot: every demand mid-build owes a follow-up, even for a
     /// fact the running build reads already.
     NoCoverage,
+    /// The plain claim and lost-claim record of migration 000002: a new demand on the plain
+    /// path did not restart the retries of a failing matter.
+    PlainDemandKeepsRetries,
 }
 
 /// The bound and the variant to check.
@@ -291,7 +294,7 @@ impl Model for Rail {
                 true
             }
             Action::RecordLostClaim(n) => {
-                if s.record_lost_claim().is_some() {
+                if s.record_lost_claim(self.flaw).is_some() {
                     ack(&mut s, n);
                 } else {
                     s.nodes[n].pending = true; // the build finished in between: claim again
