@@ -860,6 +860,69 @@ async fn a_matter_that_keeps_losing_its_lease_stops_being_retried_until_a_new_de
     ));
 }
 
+/// Found by the model's review against the runtime: a demand that arrives mid-build restarts the
+/// retries, but a permanent failure (or a lost lease) of that older build, which never read the
+/// demand, used to exhaust them again, and the demand was never built. Such a failure now does
+/// not count against the demands piled up on the build (`rebuild_needed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_builds_failure_does_not_use_up_the_retries_of_a_demand_it_never_read() {
+    let db = TestDb::new(2).await.expect("test db");
+    let mut c = db.pool.get().await.unwrap();
+    let policy = RetryPolicy {
+        max_attempts: 2,
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+    };
+    let nudged = |firm, matter| ClaimRequest {
+        demand_recorded: true,
+        max_attempts: policy.max_attempts,
+        ..req(firm, matter, long())
+    };
+    for permanent_failure in [true, false] {
+        let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+        t::demand(&mut c, firm, matter).await.unwrap();
+        let ClaimOutcome::Won(old) = t::claim_or_record(&mut c, &nudged(firm, matter))
+            .await
+            .unwrap()
+        else {
+            panic!("the first demand is claimed")
+        };
+        // A new fact arrives mid-build; then the old build fails permanently, or loses its lease.
+        t::demand(&mut c, firm, matter).await.unwrap();
+        if permanent_failure {
+            t::fail(&mut c, &old, "CHECK violation", true, &policy)
+                .await
+                .unwrap();
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            t::sweep(&mut c, Duration::from_millis(1), 100)
+                .await
+                .unwrap();
+        }
+        let row = job(&db, firm, matter).await;
+        assert_eq!(
+            row.consecutive_failures, 0,
+            "permanent: {permanent_failure}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let offered = t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(
+            offered.iter().any(|m| m.matter_id == matter),
+            "reconcile offers it"
+        );
+        let ClaimOutcome::Won(new) = t::claim_or_record(&mut c, &nudged(firm, matter))
+            .await
+            .unwrap()
+        else {
+            panic!("the new demand gets a build of its own")
+        };
+        commit(&db, &new).await.unwrap();
+        assert!(!job(&db, firm, matter).await.unserved());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_rows_cannot_be_deleted_so_tokens_never_restart() {
     let db = TestDb::new(2).await.expect("test db");

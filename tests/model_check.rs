@@ -3,11 +3,11 @@
 //!
 //! - The runtime's trigger and PROTOCOL.md's plain trigger keep every property on every
 //!   schedule up to the default bound (`Rail::default_bound`).
-//! - Seven deliberate bugs each produce a counterexample, so the checker is known to be able to
+//! - Eight deliberate bugs each produce a counterexample, so the checker is known to be able to
 //!   fail: the seed's upsert, a CAS without the token, deletable job rows, no reconcile, a
-//!   retry claim without the limit, a demand without snapshot coverage, a plain demand that
-//!   keeps the failure count (the last three are the code before migration 000003, or the
-//!   seed's demand).
+//!   demand without snapshot coverage, and three that are the code before migration 000003:
+//!   a retry claim without the limit, a plain demand that keeps the failure count, an old
+//!   build's failure counted against a new demand.
 //! - The model has no cycles, which is what makes its "eventually" exact.
 //! - `cargo test --release --test model_check -- --ignored` checks the larger bound.
 
@@ -113,6 +113,14 @@ fn a_claim_that_ignores_the_retry_limit_retries_forever() {
 fn a_plain_demand_that_keeps_the_failure_count_gives_up_too_early() {
     let rail = Rail::default_bound(Trigger::ClaimAsDemand).with_flaw(Flaw::PlainDemandKeepsRetries);
     caught(rail, &["every demand is eventually served"]);
+}
+
+#[test]
+fn an_old_builds_failure_that_counts_against_a_new_demand_strands_it() {
+    for trigger in [Trigger::DemandThenClaim, Trigger::ClaimAsDemand] {
+        let rail = Rail::default_bound(trigger).with_flaw(Flaw::FailureCountsAgainstNewDemand);
+        caught(rail, &["every demand is eventually served"]);
+    }
 }
 
 #[test]

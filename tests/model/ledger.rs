@@ -1,6 +1,7 @@
 //! The ledger's transitions, one function per SQL function of
-//! `migrations/2026-11-29-000002_ledger_transitions/up.sql` (same names; `claim` and
-//! `record_lost_claim` as replaced by `…000003_retries_and_new_demands`), each applied
+//! `migrations/2026-11-29-000002_ledger_transitions/up.sql` (same names; `claim`,
+//! `record_lost_claim`, `fail_claim` and `sweep` as replaced by
+//! `…000003_retries_and_new_demands`), each applied
 //! atomically as the statement is. Comments quote the SQL clause each line mirrors.
 //!
 //! The flaws of the negative controls that break a statement are switched here (the others,
@@ -199,12 +200,15 @@ impl State {
 
     /// `ops.fail_claim`: fenced by token; failed, backoff set; a permanent error jumps to the
     /// attempt limit. Returns whether the token was current.
-    pub fn fail_claim(&mut self, token: u8, permanent: bool, max_attempts: u8) -> bool {
+    pub fn fail_claim(&mut self, token: u8, permanent: bool, max_attempts: u8, flaw: Flaw) -> bool {
         let Some(j) = self.current(token) else {
             return false;
         };
         j.status = Status::Failed;
-        j.failures = if permanent {
+        // CASE WHEN rebuild_needed THEN consecutive_failures (migration 000003) ...
+        j.failures = if j.rebuild_needed && flaw != Flaw::FailureCountsAgainstNewDemand {
+            j.failures
+        } else if permanent {
             max_attempts.max(j.failures + 1)
         } else {
             j.failures + 1
@@ -224,7 +228,7 @@ impl State {
     }
 
     /// `ops.sweep`: a running row whose lease expired is failed (its run `lease_expired`).
-    pub fn sweep(&mut self) -> bool {
+    pub fn sweep(&mut self, flaw: Flaw) -> bool {
         let Some(j) = self
             .row
             .as_mut()
@@ -233,7 +237,10 @@ impl State {
             return false;
         };
         j.status = Status::Failed;
-        j.failures += 1;
+        // + CASE WHEN rebuild_needed THEN 0 ELSE 1 END (migration 000003)
+        if !j.rebuild_needed || flaw == Flaw::FailureCountsAgainstNewDemand {
+            j.failures += 1;
+        }
         j.backing_off = false; // not_before = now()
         true
     }

@@ -92,6 +92,9 @@ pub enum Flaw {
     /// The plain claim and lost-claim record of migration 000002: a new demand on the plain
     /// path did not restart the retries of a failing matter.
     PlainDemandKeepsRetries,
+    /// The fail and sweep of migration 000002: the failure of a build claimed before a demand
+    /// arrived counted against that demand's retries.
+    FailureCountsAgainstNewDemand,
 }
 
 /// The bound and the variant to check.
@@ -346,11 +349,9 @@ impl Model for Rail {
             }
             Action::Fail(n, permanent) => {
                 let b = s.nodes[n].build()?.clone();
-                if s.fail_claim(b.token, permanent, self.max_attempts) {
-                    s.count_failure(
-                        if permanent { self.max_attempts } else { 1 },
-                        self.max_attempts,
-                    );
+                if s.fail_claim(b.token, permanent, self.max_attempts, self.flaw) {
+                    let weight = if permanent { self.max_attempts } else { 1 };
+                    s.count_failure(b.snapshot, weight, self.max_attempts);
                 }
                 s.nodes[n].phase = Phase::Idle;
                 s.faults_left -= 1;
@@ -391,9 +392,10 @@ impl Model for Rail {
                 changed
             }
             Action::Sweep => {
-                let swept = s.sweep();
+                let snapshot = s.row.as_ref().and_then(|j| j.claimed_snapshot);
+                let swept = s.sweep(self.flaw);
                 if swept {
-                    s.count_failure(1, self.max_attempts);
+                    s.count_failure(snapshot.unwrap_or(0), 1, self.max_attempts);
                     s.pokes = 1; // the sweeper nudges the matter it swept
                 }
                 swept
@@ -545,8 +547,13 @@ impl Rail {
 }
 
 impl State {
-    fn count_failure(&mut self, weight: u8, max_attempts: u8) {
-        self.failures_since_demand = (self.failures_since_demand + weight).min(max_attempts);
+    /// A failure counts against the demands only if the failed build read all of them: a build
+    /// claimed before a demand arrived failing says nothing about that demand.
+    fn count_failure(&mut self, snapshot: u8, weight: u8, max_attempts: u8) {
+        let newest_demand = (u8::BITS - self.consumed.leading_zeros()) as u8;
+        if snapshot >= newest_demand {
+            self.failures_since_demand = (self.failures_since_demand + weight).min(max_attempts);
+        }
     }
 }
 

@@ -128,7 +128,8 @@ pub struct State {
     /// Ghost: a follow-up build that served two or more piled-up demands landed.
     pub follow_up_served_many: bool,
     /// Ghost: failures counted since the last demand or landing (a permanent one counts as
-    /// the attempt limit), capped there. Retries may stop only after this many.
+    /// the attempt limit), capped there, of builds that read every recorded demand. Retries
+    /// may stop only after this many.
     pub failures_since_demand: u8,
     /// Ghost: a claim that was not a new demand took a row whose retries were exhausted.
     pub retried_after_giving_up: bool,
