@@ -865,10 +865,12 @@ async fn a_matter_that_keeps_losing_its_lease_stops_being_retried_until_a_new_de
     ));
 }
 
-/// Found by the model's review against the runtime: a demand that arrives mid-build restarts the
-/// retries, but a permanent failure (or a lost lease) of that older build, which never read the
-/// demand, used to exhaust them again, and the demand was never built. Such a failure now does
-/// not count against the demands piled up on the build (`rebuild_needed`).
+/// Found by a review of the model against the runtime, then by the model once its liveness
+/// property counted only failures of builds that read the demand: a demand that arrives
+/// mid-build restarts the retries, but a failure of that older build, which never read the
+/// demand, counted against them again (a permanent one used them all up), and the demand was
+/// never built. A failed or swept build with demands piled up on it (`rebuild_needed`) no
+/// longer counts as a failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_builds_failure_does_not_use_up_the_retries_of_a_demand_it_never_read() {
     let db = TestDb::new(2).await.expect("test db");

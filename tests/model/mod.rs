@@ -2,12 +2,12 @@
 //!
 //! Tests show the code does what we meant on the schedules we tried; this shows the protocol
 //! is right on *every* schedule up to a bound: every interleaving of two nodes (three in the
-//! larger bound), the sweeper, the relay, the broker and the clock, with up to `faults`
+//! runtime trigger's larger bound), the sweeper, the relay, the broker and the clock, with up to `faults`
 //! injected faults.
 //!
 //! # What is modelled, and the statement each step mirrors
 //!
-//! | model action | what runs | SQL (`migrations/…_ledger_transitions`) | Rust |
+//! | model action | what runs | SQL (`migrations/…_ledger_transitions`, as replaced by `…000003`) | Rust |
 //! |---|---|---|---|
 //! | `CommitFact` | the application records a fact and its outbox row in one transaction | `INSERT record.* ; INSERT ops.domain_event_outbox` | `ledger::facts` |
 //! | `Publish(f)` | the relay publishes an outbox row (confirmed) and marks it | `UPDATE … SET published_at` | `transport::amqp::relay` |
@@ -44,7 +44,8 @@
 //!   in flight and not delivered to an actor that already has one pending (it would coalesce).
 //!   These bounds make every execution finite (the test `the_model_has_no_cycles` checks it),
 //!   which is what lets "eventually" be checked exactly: every maximal execution ends in a
-//!   state with no step left, and that state must have served every demand.
+//!   state with no step left, and that state must have served every demand (or show that
+//!   retries stopped after the allowed failures).
 //! - Faults are bounded by `faults`; after the last one the environment is fault-free, which
 //!   is the fairness assumption of the liveness property.
 //!
@@ -112,7 +113,7 @@ pub struct Rail {
 impl Rail {
     /// The bound `cargo test` checks for `trigger`: two nodes, two faults, and three facts
     /// for the runtime's trigger (two for the plain one, whose lost claims already pile up
-    /// several demands on one build; three facts there is 15 M states, the larger bound).
+    /// several demands on one build; three facts there is its larger bound).
     pub fn default_bound(trigger: Trigger) -> Rail {
         Rail {
             nodes: 2,
