@@ -34,14 +34,19 @@ fn long() -> Duration {
     Duration::from_secs(600)
 }
 
+/// A claim as a nudge makes it: the demand is already on the row; retries stop at `max_attempts`.
+fn nudged(firm: Uuid, matter: Uuid, max_attempts: u32) -> ClaimRequest {
+    ClaimRequest {
+        demand_recorded: true,
+        max_attempts,
+        ..req(firm, matter, long())
+    }
+}
+
 /// A retry, as reconcile's nudge makes it: the demand is already on the row.
 async fn retried(db: &TestDb, firm: Uuid, matter: Uuid) -> Claim {
     let mut c = db.pool.get().await.expect("conn");
-    let req = ClaimRequest {
-        demand_recorded: true,
-        ..req(firm, matter, long())
-    };
-    t::claim(&mut c, &req)
+    t::claim(&mut c, &nudged(firm, matter, 5))
         .await
         .expect("claim")
         .expect("the matter is free and unserved")
@@ -824,11 +829,7 @@ async fn a_matter_that_keeps_losing_its_lease_stops_being_retried_until_a_new_de
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    let nudged = ClaimRequest {
-        demand_recorded: true,
-        max_attempts: 2,
-        ..req(firm, matter, long())
-    };
+    let nudged = nudged(firm, matter, 2);
     t::demand(&mut c, firm, matter).await.unwrap();
     for attempt in 1..=2 {
         let ClaimOutcome::Won(claim) = t::claim_or_record(&mut c, &nudged).await.unwrap() else {
@@ -880,17 +881,13 @@ async fn an_old_builds_failure_does_not_use_up_the_retries_of_a_demand_it_never_
         backoff_base: Duration::from_millis(1),
         backoff_max: Duration::from_millis(1),
     };
-    let nudged = |firm, matter| ClaimRequest {
-        demand_recorded: true,
-        max_attempts: policy.max_attempts,
-        ..req(firm, matter, long())
-    };
     for permanent_failure in [true, false] {
         let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
         t::demand(&mut c, firm, matter).await.unwrap();
-        let ClaimOutcome::Won(old) = t::claim_or_record(&mut c, &nudged(firm, matter))
-            .await
-            .unwrap()
+        let ClaimOutcome::Won(old) =
+            t::claim_or_record(&mut c, &nudged(firm, matter, policy.max_attempts))
+                .await
+                .unwrap()
         else {
             panic!("the first demand is claimed")
         };
@@ -919,9 +916,10 @@ async fn an_old_builds_failure_does_not_use_up_the_retries_of_a_demand_it_never_
             offered.iter().any(|m| m.matter_id == matter),
             "reconcile offers it"
         );
-        let ClaimOutcome::Won(new) = t::claim_or_record(&mut c, &nudged(firm, matter))
-            .await
-            .unwrap()
+        let ClaimOutcome::Won(new) =
+            t::claim_or_record(&mut c, &nudged(firm, matter, policy.max_attempts))
+                .await
+                .unwrap()
         else {
             panic!("the new demand gets a build of its own")
         };
@@ -974,10 +972,7 @@ async fn a_claim_after_a_recorded_demand_costs_no_extra_build() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    let hinted = ClaimRequest {
-        demand_recorded: true,
-        ..req(firm, matter, long())
-    };
+    let hinted = nudged(firm, matter, 5);
     t::demand(&mut c, firm, matter).await.unwrap();
     let ClaimOutcome::Won(first) = t::claim_or_record(&mut c, &hinted).await.unwrap() else {
         panic!("unserved: must win")

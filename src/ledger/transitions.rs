@@ -1,10 +1,11 @@
 //! The transitions of PROTOCOL.md, one SQL statement each.
 //!
 //! Each statement lives in `migrations/2026-11-29-000002_ledger_transitions/up.sql` as a SQL
-//! function of the same name (so diesel caches it as a prepared statement; `claim` and
-//! `record_lost_claim` as replaced by `…000003_retries_and_new_demands`); this module is its
-//! only caller. `tests/model/ledger.rs` mirrors each statement in the model check. Every function takes `&mut AsyncPgConnection` and runs in its own short
-//! autocommit transaction, except [`commit`], which opens the one transaction the protocol
+//! function of the same name (so diesel caches it as a prepared statement; `claim`,
+//! `record_lost_claim`, `fail_claim` and `sweep` as replaced by
+//! `…000003_retries_and_new_demands`); this module is its only caller, and
+//! `tests/model/ledger.rs` mirrors each statement in the model check. Every function takes
+//! `&mut AsyncPgConnection` and runs in its own short autocommit transaction, except [`commit`], which opens the one transaction the protocol
 //! allows: the compare-and-swap, the frame insert and the embedding application's own writes.
 
 use std::time::Duration;

@@ -56,7 +56,7 @@ pub mod ledger;
 pub mod state;
 
 use ledger::Committed;
-use state::{Build, Node, Phase, State, Status, bit};
+use state::{Build, Node, Phase, State, Status, bit, slot};
 use stateright::{Model, Property};
 
 /// How a delivered event becomes a demand.
@@ -201,7 +201,7 @@ impl Model for Rail {
         for f in 1..=s.facts {
             out.push(Action::Publish(f));
             out.push(Action::Republish(f));
-            if s.faults_left > 0 && s.in_flight[f as usize - 1] > 0 {
+            if s.faults_left > 0 && s.in_flight[slot(f)] > 0 {
                 out.push(Action::LoseEvent(f));
                 out.push(Action::Duplicate(f));
             }
@@ -213,7 +213,7 @@ impl Model for Rail {
                 continue;
             }
             for f in 1..=s.facts {
-                if s.in_flight[f as usize - 1] > 0 {
+                if s.in_flight[slot(f)] > 0 {
                     out.push(Action::Deliver(n, f));
                 }
             }
@@ -263,17 +263,17 @@ impl Model for Rail {
                 let fresh = s.published & bit(f) == 0;
                 if fresh {
                     s.published |= bit(f);
-                    s.in_flight[f as usize - 1] += 1;
+                    s.in_flight[slot(f)] += 1;
                 }
                 fresh
             }
             Action::Republish(f) => {
                 let lost = s.published & bit(f) != 0
                     && s.consumed & bit(f) == 0
-                    && s.in_flight[f as usize - 1] == 0
+                    && s.in_flight[slot(f)] == 0
                     && !s.nodes.iter().any(|n| n.in_hand == Some(f));
                 if lost {
-                    s.in_flight[f as usize - 1] += 1;
+                    s.in_flight[slot(f)] += 1;
                 }
                 lost
             }
@@ -410,12 +410,12 @@ impl Model for Rail {
                 nudge
             }
             Action::LoseEvent(f) => {
-                s.in_flight[f as usize - 1] -= 1;
+                s.in_flight[slot(f)] -= 1;
                 s.faults_left -= 1;
                 true
             }
             Action::Duplicate(f) => {
-                s.in_flight[f as usize - 1] += 1;
+                s.in_flight[slot(f)] += 1;
                 s.faults_left -= 1;
                 true
             }
@@ -495,11 +495,10 @@ impl Model for Rail {
 
 impl Rail {
     fn deliver(&self, s: &mut State, n: usize, f: u8) -> bool {
-        let i = f as usize - 1;
         if self.trigger == Trigger::ClaimAsDemand && s.nodes[n].in_hand.is_some() {
             return false;
         }
-        s.in_flight[i] -= 1;
+        s.in_flight[slot(f)] -= 1;
         if s.consumed & bit(f) != 0 {
             return true; // the inbox knows it: a duplicate, acked with no second effect
         }
@@ -573,7 +572,7 @@ fn ack(s: &mut State, n: usize) {
 /// back to the broker. A claim it held stays on the row until its lease expires.
 fn restart(s: &mut State, n: usize) {
     if let Some(f) = s.nodes[n].in_hand {
-        s.in_flight[f as usize - 1] += 1;
+        s.in_flight[slot(f)] += 1;
     }
     s.nodes[n] = Node::FRESH;
     s.faults_left -= 1;

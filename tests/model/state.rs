@@ -141,8 +141,14 @@ pub struct State {
 pub const MAX_NODES: usize = 3;
 pub const MAX_FACTS: usize = 4;
 
+/// Fact `f` in a bitmask of facts.
 pub fn bit(fact: u8) -> u8 {
     1 << (fact - 1)
+}
+
+/// Fact `f`'s index in a per-fact array.
+pub fn slot(fact: u8) -> usize {
+    fact as usize - 1
 }
 
 impl State {
