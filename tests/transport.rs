@@ -562,3 +562,180 @@ async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconcil
     .await;
     assert!(get(&r.opts.metrics.events_republished) >= 1);
 }
+
+/// Publishes one outbox row as the relay would (its envelope, mandatory, confirmed).
+async fn publish_row(ch: &lapin::Channel, exchange: &str, env: &briefrail::ledger::inbox::EventEnvelope) {
+    let (body, props) = message::encode(env);
+    ch.basic_publish(
+        exchange.into(),
+        env.event_name.as_str().into(),
+        BasicPublishOptions::default(),
+        &body,
+        props,
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+}
+
+async fn newest_event(db: &TestDb, matter: Uuid) -> briefrail::ledger::models::OutboxRow {
+    use briefrail::schema::ops::domain_event_outbox::dsl as o;
+    let mut c = db.pool.get().await.unwrap();
+    o::domain_event_outbox
+        .filter(o::matter_id.eq(matter))
+        .order(o::seq.desc())
+        .select(briefrail::ledger::models::OutboxRow::as_select())
+        .first(&mut c)
+        .await
+        .unwrap()
+}
+
+/// Issue "trust only the ledger", defect 1, end to end: a nudge on the bus with a real event
+/// id and another matter's id is refused to the dead-letter queue; the real nudge that follows
+/// still brings the document into the Brief.
+#[actix_rt::test]
+async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_the_brief() {
+    let r = rig(Duration::from_secs(600)).await;
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    for m in [a, b] {
+        facts::create_matter(&mut c, firm, m, "Acme v. Globex").await.unwrap();
+        publish_row(&ch, &ex, &newest_event(&r.db, m).await.envelope()).await;
+        eventually(Duration::from_secs(20), "the matter served", || async {
+            served(&r.db, firm, m).await.then_some(())
+        })
+        .await;
+    }
+    facts::add_document(
+        &mut c,
+        facts::NewDocument {
+            document_id: Uuid::new_v4(),
+            firm_id: firm,
+            matter_id: a,
+            title: "Exhibit Seven".into(),
+            dated: None,
+            body: "the evidence".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let real = newest_event(&r.db, a).await.envelope();
+    let mut forged = real.clone();
+    forged.matter_id = b;
+    publish_row(&ch, &ex, &forged).await;
+    eventually(Duration::from_secs(20), "the forgery handled", || async {
+        (get(&r.opts.metrics.dead_lettered) + get(&r.opts.metrics.events_consumed) >= 3).then_some(())
+    })
+    .await;
+    publish_row(&ch, &ex, &real).await;
+    eventually(Duration::from_secs(20), "the document in matter A's Brief", || async {
+        let mut c = r.db.pool.get().await.unwrap();
+        let f = reads::latest_frame(&mut c, firm, a).await.unwrap()?;
+        f.body.to_string().contains("Exhibit Seven").then_some(())
+    })
+    .await;
+    let dead = eventually(Duration::from_secs(10), "the forgery dead-lettered", || async {
+        ch.basic_get(
+            r.scope.topology.dead_queue.as_str().into(),
+            BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+    })
+    .await;
+    let reason = match dead.delivery.properties.headers().clone().unwrap().inner().get("x-briefrail-reason") {
+        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        other => panic!("no reason: {other:?}"),
+    };
+    assert!(reason.contains("matter_id"), "the reason names the field: {reason}");
+}
+
+/// Defect 6: a fact the rail does not hear (matter.archived) is still routable, so it drains
+/// from the outbox instead of being retried forever.
+#[actix_rt::test]
+async fn every_recorded_fact_drains_from_the_outbox_even_one_the_rail_does_not_hear() {
+    let r = rig(Duration::from_secs(600)).await;
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex").await.unwrap();
+    facts::archive_matter(&mut c, firm, matter).await.unwrap();
+    let _relay = Relay::new(r.opts.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    eventually(Duration::from_secs(20), "every outbox row published", || async {
+        (count(&r.db, "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL").await == 0)
+            .then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(20), "every event consumed", || async {
+        (count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await == 2).then_some(())
+    })
+    .await;
+    assert_eq!(get(&r.opts.metrics.dead_lettered), 0, "a valid fact is not a dead letter");
+}
+
+/// Defect 7: two nodes on the postgres transport drain interleaved demands for the same
+/// matters at once; neither may deadlock (each locks job rows in one global order).
+#[actix_rt::test]
+async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
+    use briefrail::transport::postgres::{PgTransportOptions, drain_once};
+    let r = rig(Duration::from_secs(600)).await;
+    let opts = PgTransportOptions {
+        url: SecretUrl::new(r.db.url.clone()),
+        pool: r.db.pool.clone(),
+        poll: Duration::from_millis(200),
+        batch: 40,
+        metrics: r.opts.metrics.clone(),
+    };
+    let firm = Uuid::new_v4();
+    let mut c = r.db.pool.get().await.unwrap();
+    let mut matters = Vec::new();
+    for i in 0..40 {
+        let m = Uuid::new_v4();
+        facts::create_matter(&mut c, firm, m, &format!("Matter {i}")).await.unwrap();
+        matters.push(m);
+    }
+    while drain_once(&opts, &r.node.supervisor).await.unwrap() > 0 {}
+    let deadlocks = || async {
+        #[derive(QueryableByName)]
+        struct D {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut c = r.db.pool.get().await.unwrap();
+        c.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+        diesel::sql_query("SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()")
+            .get_result::<D>(&mut c)
+            .await
+            .unwrap()
+            .n
+    };
+    let before = deadlocks().await;
+    for round in 0..3 {
+        // Ascending, descending, ascending: batches of 40 lock the same rows in opposite orders.
+        let order: Vec<Uuid> = matters
+            .iter()
+            .chain(matters.iter().rev())
+            .chain(matters.iter())
+            .copied()
+            .collect();
+        for m in order {
+            facts::request_brief(&mut c, firm, m).await.unwrap();
+        }
+        let (x, y, z) = tokio::join!(
+            drain_once(&opts, &r.node.supervisor),
+            drain_once(&opts, &r.node.supervisor),
+            drain_once(&opts, &r.node.supervisor)
+        );
+        for (i, d) in [x, y, z].into_iter().enumerate() {
+            assert!(d.is_ok(), "round {round}, drain {i}: {:?}", d.err());
+        }
+        while drain_once(&opts, &r.node.supervisor).await.unwrap() > 0 {}
+    }
+    // Statistics reach pg_stat_database when a backend goes idle (at most a second later).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(deadlocks().await, before, "Postgres detected a deadlock");
+}

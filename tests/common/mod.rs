@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use briefrail::testing::TestDb;
 
+pub mod cluster;
+
 /// A `briefrail run` child process; killed (SIGKILL) when dropped, also if the test panics.
 pub struct NodeProcess {
     pub id: String,
