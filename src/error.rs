@@ -45,6 +45,11 @@ pub enum Error {
     #[error("not found: {0}")]
     NotFound(String),
 
+    /// The database refused a frame the same way it will every time (its SQLSTATE and
+    /// message, e.g. `22P05: unsupported Unicode escape sequence`): the claim fails at once.
+    #[error("frame refused by the database: SQLSTATE {0}")]
+    FrameRefused(String),
+
     /// A build failed; the message is recorded on the run.
     #[error("build failed: {message}")]
     Build { message: String, permanent: bool },
@@ -61,14 +66,25 @@ pub enum Error {
 }
 
 impl Error {
-    /// Errors that fail the same way every time: retrying wastes a build. A CHECK violation
-    /// (SQLSTATE 23514) is the database saying the input itself is wrong.
+    /// Errors that fail the same way every time: retrying wastes a build. Classified by what
+    /// the database said: a constraint violation (23xxx) or a frame it refused (a data
+    /// exception, 22xxx, reported with its SQLSTATE by `ops.insert_frame`) is permanent; a lost
+    /// connection, a serialization failure, a read-only standby or any error whose SQLSTATE the
+    /// driver does not expose is not (it is retried, boundedly, then counted as a failure).
     pub fn is_permanent(&self) -> bool {
-        use diesel::result::{DatabaseErrorKind, Error as D};
+        use diesel::result::{DatabaseErrorKind as K, Error as D};
         match self {
-            Error::Database(D::DatabaseError(DatabaseErrorKind::CheckViolation, _)) => true,
-            Error::Database(D::DatabaseError(DatabaseErrorKind::NotNullViolation, _)) => true,
+            Error::Database(D::DatabaseError(
+                K::CheckViolation
+                | K::NotNullViolation
+                | K::UniqueViolation
+                | K::ForeignKeyViolation
+                | K::ExclusionViolation
+                | K::RestrictViolation,
+                _,
+            )) => true,
             Error::Database(D::SerializationError(_) | D::DeserializationError(_)) => true,
+            Error::FrameRefused(_) => true,
             Error::Build { permanent, .. } => *permanent,
             Error::InvalidEventName { .. } | Error::InvalidInput(_) => true,
             _ => false,

@@ -25,6 +25,9 @@ pub struct Metrics {
     pub events_duplicate: AtomicU64,
     pub events_republished: AtomicU64,
     pub dead_lettered: AtomicU64,
+    /// Nudges whose event id the ledger does not know, or whose fields disagree with the
+    /// event's outbox row: refused to the dead-letter queue, with no effect.
+    pub nudges_refused: AtomicU64,
     build_seconds_buckets: [AtomicU64; BUILD_SECONDS_BUCKETS.len()],
     build_seconds_count: AtomicU64,
     build_micros_sum: AtomicU64,
@@ -51,7 +54,7 @@ impl Metrics {
     /// are appended by the HTTP surface).
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
-        let counters: [(&str, &str, &AtomicU64); 14] = [
+        let counters: [(&str, &str, &AtomicU64); 15] = [
             (
                 "briefrail_builds_started_total",
                 "Builds started (claims won)",
@@ -121,6 +124,11 @@ impl Metrics {
                 "briefrail_dead_lettered_total",
                 "Messages sent to the dead-letter queue",
                 &self.dead_lettered,
+            ),
+            (
+                "briefrail_nudges_refused_total",
+                "Nudges the ledger does not confirm (unknown event id or forged fields), dead-lettered",
+                &self.nudges_refused,
             ),
         ];
         for (name, help, c) in counters {

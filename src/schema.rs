@@ -25,6 +25,7 @@ pub mod ops {
             last_error -> Nullable<Text>,
             next_attempt_at -> Nullable<Timestamptz>,
             xact_id -> Int8,
+            republish_count -> Int4,
         }
     }
 
@@ -42,6 +43,10 @@ pub mod ops {
             not_before -> Nullable<Timestamptz>,
             updated_at -> Timestamptz,
             claimed_snapshot -> Nullable<Text>,
+            claimed_run_id -> Nullable<Uuid>,
+            lease_seconds -> Nullable<Float8>,
+            lease_expires_at -> Nullable<Timestamptz>,
+            claimed_cluster -> Nullable<Int8>,
         }
     }
 

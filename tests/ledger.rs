@@ -70,6 +70,17 @@ async fn commit(db: &TestDb, claim: &Claim) -> briefrail::Result<Landed> {
     .await
 }
 
+/// Moves every running claim's deadline into the past, as if its lease had run out (the
+/// deadline is the claimer's, on the row; no sleep needed).
+async fn expire_leases(c: &mut diesel_async::AsyncPgConnection) {
+    c.batch_execute(
+        "UPDATE ops.matter_frame_jobs SET lease_expires_at = now() - interval '1 millisecond'
+          WHERE run_status = 'running'",
+    )
+    .await
+    .expect("expire leases");
+}
+
 async fn job(db: &TestDb, firm: Uuid, matter: Uuid) -> briefrail::ledger::JobRow {
     let mut c = db.pool.get().await.expect("conn");
     reads::job(&mut c, firm, matter)
@@ -101,7 +112,7 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
         match task.await.expect("task") {
             ClaimOutcome::Won(c) => winners.push(c),
             ClaimOutcome::Recorded { .. } => recorded += 1,
-            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } => {
+            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } | ClaimOutcome::Archived => {
                 panic!("the plain claim never reports Served")
             }
         }
@@ -126,8 +137,9 @@ async fn a_zombie_commit_is_fenced_after_the_sweep() {
     t::demand(&mut c, firm, matter).await.expect("demand");
     let zombie = won(&db, firm, matter).await;
 
-    // The zombie stalls past its lease: the sweep (lease 0: already expired) fails the claim.
-    let swept = t::sweep(&mut c, Duration::ZERO, 100).await.expect("sweep");
+    // The zombie stalls past its lease: the sweep fails the claim.
+    expire_leases(&mut c).await;
+    let swept = t::sweep(&mut c, 100).await.expect("sweep");
     assert_eq!(swept.len(), 1);
     assert_eq!(swept[0].1, zombie.token);
     assert_eq!(
@@ -185,9 +197,9 @@ async fn a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep() {
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.expect("conn");
     let zombie = won(&db, firm, matter).await;
-    // From the second claimer's point of view the lease (zero) has expired.
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    let successor = t::claim(&mut c, &req(firm, matter, Duration::ZERO))
+    // The zombie's lease runs out (its deadline, on the row, passes).
+    expire_leases(&mut c).await;
+    let successor = t::claim(&mut c, &req(firm, matter, long()))
         .await
         .unwrap()
         .expect("expired lease");
@@ -314,7 +326,7 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
         });
         let landed = committer.await.unwrap();
         match demander.await.unwrap() {
-            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } => {
+            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } | ClaimOutcome::Archived => {
                 panic!("the plain claim never reports Served")
             }
             ClaimOutcome::Won(c) => {
@@ -357,15 +369,16 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
             let mut tokens = Vec::new();
             for i in 0..40u64 {
                 let mut c = pool.get().await.expect("conn");
-                // Some workers treat every lease as expired: they take over running builds,
-                // turning their holders into zombies whose commits must be fenced.
+                // Some workers claim with a lease that has run out at once: the next claim
+                // takes their build over, turning them into zombies whose commits must be fenced.
                 let lease = if (w + i) % 3 == 0 {
                     Duration::ZERO
                 } else {
                     long()
                 };
                 if (w * 7 + i) % 11 == 0 {
-                    t::sweep(&mut c, Duration::ZERO, 10).await.expect("sweep");
+                    expire_leases(&mut c).await;
+                    t::sweep(&mut c, 10).await.expect("sweep");
                 }
                 if let ClaimOutcome::Won(claim) =
                     t::claim_or_record(&mut c, &req(firm, matter, lease))
@@ -491,7 +504,8 @@ async fn extra_writes_land_only_with_a_current_token() {
         })
     };
     let zombie = won(&db, firm, matter).await;
-    t::sweep(&mut c, Duration::ZERO, 10).await.unwrap();
+    expire_leases(&mut c).await;
+    t::sweep(&mut c, 10).await.unwrap();
     let current = won(&db, firm, matter).await;
     t::commit(
         &db.pool,
@@ -624,7 +638,8 @@ async fn firms_are_isolated_even_with_the_same_matter_id() {
         commit(&db, &a).await.unwrap(),
         Landed::FollowUp(_)
     ));
-    t::sweep(&mut c, Duration::ZERO, 10).await.unwrap();
+    expire_leases(&mut c).await;
+    t::sweep(&mut c, 10).await.unwrap();
     facts::archive_matter(&mut c, firm_a, matter).await.unwrap();
 
     let b_after = job(&db, firm_b, matter).await;
@@ -836,10 +851,8 @@ async fn a_matter_that_keeps_losing_its_lease_stops_being_retried_until_a_new_de
             panic!("attempt {attempt} must be claimed")
         };
         // Its node dies; the lease runs out; the sweep fails the claim (and nudges again).
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let swept = t::sweep(&mut c, Duration::from_millis(1), 100)
-            .await
-            .unwrap();
+        expire_leases(&mut c).await;
+        let swept = t::sweep(&mut c, 100).await.unwrap();
         assert!(
             swept
                 .iter()
@@ -898,10 +911,8 @@ async fn an_old_builds_failure_does_not_use_up_the_retries_of_a_demand_it_never_
                 .await
                 .unwrap();
         } else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            t::sweep(&mut c, Duration::from_millis(1), 100)
-                .await
-                .unwrap();
+            expire_leases(&mut c).await;
+            t::sweep(&mut c, 100).await.unwrap();
         }
         let row = job(&db, firm, matter).await;
         assert_eq!(
@@ -954,17 +965,25 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    let claim = won(&db, firm, matter).await;
+    // A 300 ms lease, renewed every 100 ms for 600 ms: twice the lease, never swept.
     let lease = Duration::from_millis(300);
+    let claim = t::claim(&mut c, &req(firm, matter, lease))
+        .await
+        .unwrap()
+        .expect("free");
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         t::heartbeat(&mut c, &claim).await.expect("still current");
         assert!(
-            t::sweep(&mut c, lease, 10).await.unwrap().is_empty(),
+            t::sweep(&mut c, 10).await.unwrap().is_empty(),
             "a heartbeating build was swept"
         );
     }
-    assert_eq!(commit(&db, &claim).await.unwrap(), Landed::Idle);
+    // Without heartbeats the same lease runs out (the sweep above could have found it).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let swept = t::sweep(&mut c, 10).await.unwrap();
+    assert_eq!(swept.len(), 1, "a silent build's lease runs out");
+    assert!(commit(&db, &claim).await.unwrap_err().is_fenced());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1079,7 +1098,13 @@ async fn a_demand_for_a_fact_the_running_build_already_reads_is_covered() {
 async fn a_commit_that_stalls_inside_its_transaction_is_cut_off_by_the_database() {
     let db = TestDb::new(4).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    let claim = won(&db, firm, matter).await;
+    // A claim whose lease has run out at once: the sweep may take it whenever it can lock it.
+    let mut c0 = db.pool.get().await.unwrap();
+    let claim = t::claim(&mut c0, &req(firm, matter, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("free");
+    drop(c0);
     // A node's connection, with the session timeouts every briefrail connection carries.
     let mut stalled = briefrail::db::pool::establish(
         &db.url,
@@ -1102,7 +1127,7 @@ async fn a_commit_that_stalls_inside_its_transaction_is_cut_off_by_the_database(
     let mut c = db.pool.get().await.unwrap();
     let mut swept = Vec::new();
     for _ in 0..50 {
-        match t::sweep(&mut c, Duration::ZERO, 10).await {
+        match t::sweep(&mut c, 10).await {
             Ok(s) if !s.is_empty() => {
                 swept = s;
                 break;

@@ -287,7 +287,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
     }
     assert!(reasons[0].contains("not a nudge"), "{reasons:?}");
     assert!(reasons[1].contains("event_id"), "{reasons:?}");
-    assert!(reasons[2].contains("does not hear"), "{reasons:?}");
+    assert!(reasons[2].contains("not in the ledger"), "{reasons:?}");
     assert!(reasons[3].contains("exceeds"), "{reasons:?}");
     assert_eq!(get(&r.opts.metrics.dead_lettered), 4);
 }

@@ -258,12 +258,28 @@ async fn a_shorter_lease_on_another_node_does_not_expire_a_healthy_build() {
         .unwrap();
     // The short-lease node looks after more than its own lease has passed.
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    let swept = t::sweep(&mut c, Duration::from_secs(1), 100).await.unwrap();
+    let swept = t::sweep(&mut c, 100).await.unwrap();
     assert!(swept.is_empty(), "the other node's lease expired a healthy build: {swept:?}");
     t::demand(&mut c, firm, matter).await.unwrap();
     let stolen = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(1))).await.unwrap();
     assert!(stolen.is_none(), "the other node's lease let it take the matter: {stolen:?}");
     t::commit(&db.pool, &long, NODE, &Frame::new(json!({}))).await.unwrap();
+
+    // The other way round: a claim with a 1 s lease is swept once its own deadline passed,
+    // whatever the sweeping node's setting; its renewals keep their own length.
+    let short_matter = Uuid::new_v4();
+    facts::create_matter(&mut c, firm, short_matter, "Short v. Lease").await.unwrap();
+    t::demand(&mut c, firm, short_matter).await.unwrap();
+    let short = t::claim(&mut c, &nudged(firm, short_matter, Duration::from_secs(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    t::heartbeat(&mut c, &short).await.unwrap();
+    let row = reads::job(&mut c, firm, short_matter).await.unwrap().unwrap();
+    assert_eq!(row.lease_seconds, Some(1.0));
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let swept = t::sweep(&mut c, 100).await.unwrap();
+    assert!(swept.iter().any(|(m, _)| m.matter_id == short_matter), "{swept:?}");
 }
 
 /// Defect 9: a follow-up claimed in the commit starts its lease when the commit ends, not
@@ -343,25 +359,22 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         )
     };
     c.batch_execute(&backdate(90)).await.unwrap();
-    let after = Duration::from_secs(60);
-    let week = Duration::from_secs(7 * 86400);
-    let names = inbox::HEARD;
-    let first = outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &names, after, week, 50, 100)
-        .await
-        .unwrap();
+    let policy = outbox::Republish {
+        after: Duration::from_secs(60),
+        window: Duration::from_secs(7 * 86400),
+        cap: outbox::REPUBLISH_CAP,
+    };
+    let ids = |v: Vec<outbox::Requeued>| v.into_iter().map(|r| r.event_id).collect::<Vec<_>>();
+    let first = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
     assert_eq!(first, vec![ev.event_id], "a lost event is republished after failed publishes");
     // Published again and still not consumed (a slow consumer): the next republication waits
     // twice as long.
     outbox::mark_published(&mut c, &[ev.event_id]).await.unwrap();
     c.batch_execute(&backdate(90)).await.unwrap();
-    let second = outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &names, after, week, 50, 100)
-        .await
-        .unwrap();
+    let second = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
     assert!(second.is_empty(), "republished again after only one interval");
     c.batch_execute(&backdate(130)).await.unwrap();
-    let third = outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &names, after, week, 50, 100)
-        .await
-        .unwrap();
+    let third = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
     assert_eq!(third, vec![ev.event_id]);
 }
 

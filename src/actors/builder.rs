@@ -286,15 +286,21 @@ async fn settle(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutcome
     }
 }
 
+/// How many times a commit is tried before a transient error counts as a failed build.
+const COMMIT_ATTEMPTS: u32 = 4;
+
 /// The commit, retried on transient errors: the compare-and-swap makes a retry safe, and an
-/// unknown outcome is settled by reading the frame (inside [`t::commit`]).
+/// error at COMMIT itself is settled by reading the frame (inside [`t::commit`]). Errors are
+/// classified by what the database said: a refused frame or a constraint violation fails the
+/// claim at once (retrying cannot help); anything else is retried, and if it persists the
+/// claim is failed with its error (a failure, with backoff), never left to run out its lease.
 async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> BuildOutcome {
     let mut delay = Duration::from_millis(100);
-    for attempt in 1..=4 {
+    for attempt in 1..=COMMIT_ATTEMPTS {
         match t::commit(&env.pool, claim, &env.node_id, &frame).await {
             Ok(landed) => return BuildOutcome::Landed(landed),
-            // A retry after an error whose outcome was unknown: the first attempt may have
-            // landed (and the token moved on). The frame says which.
+            // A retry after an error at COMMIT: the first attempt may have landed (and the
+            // token moved on). The frame says which.
             Err(Error::Fenced { .. }) if attempt > 1 && landed_earlier(env, claim).await => {
                 tracing::warn!(
                     "an earlier commit attempt had landed; a follow-up it claimed is recovered by the sweep"
@@ -305,7 +311,10 @@ async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> Build
             Err(e) if e.is_permanent() => {
                 return fail(env, claim, &format!("commit refused: {e}"), true).await;
             }
-            Err(e) if attempt == 4 => return BuildOutcome::Unsettled(e.to_string()),
+            Err(e) if attempt == COMMIT_ATTEMPTS => {
+                let message = format!("commit failed {COMMIT_ATTEMPTS} times: {e}");
+                return fail(env, claim, &message, false).await;
+            }
             Err(e) => {
                 tracing::warn!(attempt, error = %e, "commit failed; retrying");
                 tokio::time::sleep(delay).await;

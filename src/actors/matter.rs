@@ -181,6 +181,10 @@ async fn claim_cycle(
     match t::claim_or_record(&mut conn, &req).await {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
+        Ok(ClaimOutcome::Archived) => {
+            tracing::info!(firm_id = %key.firm_id, matter_id = %key.matter_id, "archived: not rebuilt");
+            None
+        }
         Ok(ClaimOutcome::RetriesExhausted {
             consecutive_failures,
         }) => {

@@ -52,7 +52,8 @@ impl Sweeper {
         }
         let batch = node.settings.sweeper.batch;
         let mut conn = node.pool.get().await?;
-        let expired = t::sweep(&mut conn, node.settings.lease.lease(), batch).await?;
+        // Each row carries its claimer's deadline: this node's lease setting plays no part.
+        let expired = t::sweep(&mut conn, batch).await?;
         for (m, token) in &expired {
             Metrics::inc(&node.metrics.builds_lease_expired);
             tracing::warn!(firm_id = %m.firm_id, matter_id = %m.matter_id, token, "lease expired; claim failed by the sweep");

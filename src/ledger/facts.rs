@@ -187,3 +187,19 @@ pub async fn matter(
         .await
         .optional()?)
 }
+
+/// Whether the record says the matter is archived (the ledger's claim and reconcile ask the
+/// same question in SQL, `ops.is_archived`).
+pub async fn is_archived(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<bool> {
+    use record::matters::dsl as m;
+    Ok(diesel::select(diesel::dsl::exists(
+        m::matters.filter(
+            m::firm_id
+                .eq(firm_id)
+                .and(m::matter_id.eq(matter_id))
+                .and(m::archived_at.is_not_null()),
+        ),
+    ))
+    .get_result(conn)
+    .await?)
+}

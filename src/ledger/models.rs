@@ -19,7 +19,7 @@ pub struct Claim {
 }
 
 /// `ops.matter_frame_jobs`: the ticket dispenser of one matter.
-#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Serialize)]
 #[diesel(table_name = ops::matter_frame_jobs, check_for_backend(diesel::pg::Pg))]
 pub struct JobRow {
     pub firm_id: Uuid,
@@ -34,6 +34,14 @@ pub struct JobRow {
     pub not_before: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
     pub claimed_snapshot: Option<String>,
+    /// With `claimed_generation`, the identity of the current (or last) claim: its run id.
+    pub claimed_run_id: Option<Uuid>,
+    /// The claimer's lease length; each heartbeat moves the deadline by it.
+    pub lease_seconds: Option<f64>,
+    /// The current claim's deadline (database clock); the sweep compares with it.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// The cluster (system identifier) whose transaction ids `claimed_snapshot` holds.
+    pub claimed_cluster: Option<i64>,
 }
 
 impl JobRow {
@@ -123,6 +131,8 @@ pub struct OutboxRow {
     pub last_error: Option<String>,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub xact_id: i64,
+    /// How often reconcile republished it unconsumed (failed publishes are `publish_attempts`).
+    pub republish_count: i32,
 }
 
 impl OutboxRow {
@@ -135,7 +145,8 @@ impl OutboxRow {
             matter_id: self.matter_id,
             occurred_at: self.created_at,
             traceparent: self.traceparent.clone(),
-            xact_id: Some(self.xact_id),
+            // Cluster-local and not an id of the record: never on the wire.
+            xact_id: None,
         }
     }
 }

@@ -154,7 +154,8 @@ pub async fn lease_unpublished(
                  ORDER BY seq LIMIT $1
                    FOR UPDATE SKIP LOCKED)
           RETURNING o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload, o.traceparent,
-                    o.created_at, o.published_at, o.publish_attempts, o.last_error, o.next_attempt_at, o.xact_id",
+                    o.created_at, o.published_at, o.publish_attempts, o.last_error, o.next_attempt_at, o.xact_id,
+                    o.republish_count",
     )
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
@@ -181,6 +182,7 @@ struct LeasedRow {
     last_error: Option<String>,
     next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
     xact_id: i64,
+    republish_count: i32,
 }
 
 impl LeasedRow {
@@ -199,53 +201,82 @@ impl LeasedRow {
             last_error: self.last_error,
             next_attempt_at: self.next_attempt_at,
             xact_id: self.xact_id,
+            republish_count: self.republish_count,
         }
     }
 }
 
-/// Reconciliation: events published more than `after` ago (but within the last `window`)
-/// that `consumer` has not consumed are made publishable again, so a message the broker
-/// dropped, a purged queue or a crashed consumer cannot strand a demand. Each event is
-/// republished at most `max_republish` times (a poison message stays in the dead-letter queue).
-/// Returns the event ids requeued.
+/// After this many republications an unconsumed event is left alone and reported as stranded
+/// (`briefrail_events_stranded`, the status page, an error log line). With the default
+/// `reconcile.after_seconds` of 60 the copies span about four days.
+pub const REPUBLISH_CAP: i32 = 16;
+
+/// How reconcile republishes events the trigger has not consumed.
+#[derive(Debug, Clone, Copy)]
+pub struct Republish {
+    /// The first republication waits this long after the publish; the n-th waits
+    /// `after * 2^n` (capped at 2^10), so a merely slow consumer is not flooded with copies.
+    pub after: std::time::Duration,
+    /// Events published longer ago than this are left to the sweeper's unserved-demand scan.
+    pub window: std::time::Duration,
+    /// After this many republications an event is left alone and reported (metric, status
+    /// page, log): something downstream is broken, and more copies will not fix it.
+    pub cap: i32,
+}
+
+/// An event reconcile made publishable again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, diesel::QueryableByName)]
+pub struct Requeued {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub event_id: Uuid,
+    /// Its republications so far, this one included; equal to the cap: the last one.
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub republish_count: i32,
+}
+
+/// Reconciliation: events published long enough ago (see [`Republish`]) that `consumer` has
+/// not consumed are made publishable again, so a message the broker dropped, a purged queue or
+/// a crashed consumer cannot strand a demand. Failed publishes (`publish_attempts`) do not
+/// count here: an event that was unroutable for a while is republished like any other when it
+/// is later lost. Returns the events requeued.
 pub async fn requeue_unconsumed(
     conn: &mut AsyncPgConnection,
     consumer: &str,
-    event_names: &[&str],
-    after: std::time::Duration,
-    window: std::time::Duration,
-    max_republish: i32,
+    policy: &Republish,
     limit: i64,
-) -> Result<Vec<Uuid>> {
-    #[derive(diesel::QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = diesel::sql_types::Uuid)]
-        event_id: Uuid,
-    }
-    let names: Vec<String> = event_names.iter().map(|s| s.to_string()).collect();
-    let rows: Vec<Id> = diesel::sql_query(
+) -> Result<Vec<Requeued>> {
+    Ok(diesel::sql_query(
         "UPDATE ops.domain_event_outbox o
-            SET published_at = NULL, next_attempt_at = NULL, publish_attempts = o.publish_attempts + 1,
-                last_error = 'republished: not consumed within reconcile.after_seconds'
+            SET published_at = NULL, next_attempt_at = NULL, republish_count = o.republish_count + 1,
+                last_error = 'republished: not consumed in time (reconcile)'
           WHERE o.event_id IN (
                 SELECT e.event_id FROM ops.domain_event_outbox e
                  WHERE e.published_at < now() - make_interval(secs => $2)
+                   AND e.published_at < now() - make_interval(secs => $2 * power(2, least(e.republish_count, 10)))
                    AND e.published_at > now() - make_interval(secs => $3)
-                   AND e.event_name = ANY($4)
-                   AND e.publish_attempts < $5
+                   AND e.republish_count < $4
                    AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
                                     WHERE c.consumer = $1 AND c.event_id = e.event_id)
-                 ORDER BY e.seq LIMIT $6
+                 ORDER BY e.seq LIMIT $5
                    FOR UPDATE SKIP LOCKED)
-          RETURNING o.event_id",
+          RETURNING o.event_id, o.republish_count",
     )
     .bind::<diesel::sql_types::Text, _>(consumer)
-    .bind::<diesel::sql_types::Double, _>(after.as_secs_f64())
-    .bind::<diesel::sql_types::Double, _>(window.as_secs_f64())
-    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(&names)
-    .bind::<diesel::sql_types::Integer, _>(max_republish)
+    .bind::<diesel::sql_types::Double, _>(policy.after.as_secs_f64())
+    .bind::<diesel::sql_types::Double, _>(policy.window.as_secs_f64())
+    .bind::<diesel::sql_types::Integer, _>(policy.cap)
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .load(conn)
-    .await?;
-    Ok(rows.into_iter().map(|r| r.event_id).collect())
+    .await?)
+}
+
+/// The outbox row of `event_id`, if the ledger recorded it: what a nudge is checked against.
+pub async fn event(conn: &mut AsyncPgConnection, event_id: Uuid) -> Result<Option<super::models::OutboxRow>> {
+    use ops::domain_event_outbox::dsl as o;
+    Ok(o::domain_event_outbox
+        .filter(o::event_id.eq(event_id))
+        .select(super::models::OutboxRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
 }

@@ -161,6 +161,10 @@ pub struct LedgerGauges {
     pub running_builds: i64,
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub failed_matters: i64,
+    /// Events reconcile republished [`super::outbox::REPUBLISH_CAP`] times that the trigger
+    /// still has not consumed: facts that may be missing from a Brief. Alert on any.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub stranded_events: i64,
 }
 
 pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
@@ -169,20 +173,34 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
            (SELECT count(*) FROM ops.domain_event_outbox WHERE published_at IS NULL) AS outbox_backlog,
            coalesce((SELECT extract(epoch FROM now() - min(created_at))::float8
                        FROM ops.domain_event_outbox WHERE published_at IS NULL), 0) AS oldest_unpublished_seconds,
-           (SELECT count(*) FROM ops.matter_frame_jobs WHERE landed_generation < requested_generation) AS unserved_matters,
+           (SELECT count(*) FROM ops.matter_frame_jobs j WHERE landed_generation < requested_generation
+                                                         AND NOT ops.is_archived(j.firm_id, j.matter_id)) AS unserved_matters,
            (SELECT count(*) FROM ops.matter_frame_jobs WHERE run_status = 'running') AS running_builds,
-           (SELECT count(*) FROM ops.matter_frame_jobs WHERE run_status = 'failed'
-                                                         AND landed_generation < requested_generation) AS failed_matters",
+           (SELECT count(*) FROM ops.matter_frame_jobs j WHERE run_status = 'failed'
+                                                         AND landed_generation < requested_generation
+                                                         AND NOT ops.is_archived(j.firm_id, j.matter_id)) AS failed_matters,
+           (SELECT count(*) FROM ops.domain_event_outbox e
+             WHERE e.republish_count >= $1 AND e.published_at IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
+                                WHERE c.consumer = $2 AND c.event_id = e.event_id)) AS stranded_events",
     )
+    .bind::<diesel::sql_types::Integer, _>(super::outbox::REPUBLISH_CAP)
+    .bind::<diesel::sql_types::Text, _>(super::inbox::BRIEF_RAIL)
     .get_result(conn)
     .await?)
 }
 
-/// Matters with unserved demand, oldest first (the status page).
+/// Matters with unserved demand, oldest first (the status page). Archived matters are not
+/// rebuilt, so their old demand is not listed.
 pub async fn unserved_jobs(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<JobRow>> {
     use ops::matter_frame_jobs::dsl as j;
+    diesel::define_sql_function! {
+        #[sql_name = "ops.is_archived"]
+        fn is_archived(firm: diesel::sql_types::Uuid, matter: diesel::sql_types::Uuid) -> diesel::sql_types::Bool;
+    }
     Ok(j::matter_frame_jobs
         .filter(j::landed_generation.lt(j::requested_generation))
+        .filter(diesel::dsl::not(is_archived(j::firm_id, j::matter_id)))
         .order(j::updated_at.asc())
         .limit(limit)
         .select(JobRow::as_select())

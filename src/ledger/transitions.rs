@@ -1,12 +1,16 @@
 //! The transitions of PROTOCOL.md, one SQL statement each.
 //!
-//! Each statement lives in `migrations/2026-11-29-000002_ledger_transitions/up.sql` as a SQL
-//! function of the same name (so diesel caches it as a prepared statement; `claim`,
-//! `record_lost_claim`, `fail_claim` and `sweep` as replaced by
-//! `…000003_retries_and_new_demands`); this module is its only caller, and
-//! `tests/model/ledger.rs` mirrors each statement in the model check. Every function takes
-//! `&mut AsyncPgConnection` and runs in its own short autocommit transaction, except [`commit`], which opens the one transaction the protocol
-//! allows: the compare-and-swap, the frame insert and the embedding application's own writes.
+//! Each statement lives in `migrations/2026-12-01-000004_trust_only_the_ledger/up.sql` (the one
+//! home of the live transition SQL) as a SQL function of the same name, so diesel caches it as
+//! a prepared statement; this module is its only caller, `docs/protocol.md` describes each,
+//! and `tests/model/ledger.rs` mirrors each statement in the model check. Every function takes
+//! `&mut AsyncPgConnection` and runs in its own short autocommit transaction, except
+//! [`commit`], which opens the one transaction the protocol allows: the compare-and-swap, the
+//! frame insert and the embedding application's own writes.
+//!
+//! A claim's identity is its token *and* its run id: every fenced statement compares both, so
+//! a token number handed out twice (a restore that lost the last claims) still fences the old
+//! holder. The lease is the claimer's, written on the row as a deadline.
 
 use std::time::Duration;
 
@@ -47,6 +51,14 @@ mod sql {
                         next_run_id: SqlUuid, node: Text) -> Nullable<BigInt>;
     }
     diesel::define_sql_function! {
+        #[sql_name = "ops.insert_frame"]
+        fn insert_frame(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, body: Text) -> Nullable<Text>;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "ops.start_lease"]
+        fn start_lease(firm: SqlUuid, matter: SqlUuid, run_id: SqlUuid) -> Bool;
+    }
+    diesel::define_sql_function! {
         #[sql_name = "ops.fail_claim"]
         fn fail_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, error: Text,
                       permanent: Bool, max_attempts: Integer, backoff_base_secs: Double,
@@ -67,7 +79,9 @@ mod sql {
 pub struct ClaimRequest {
     pub firm_id: Uuid,
     pub matter_id: Uuid,
-    /// The lease horizon, compared against `now()` in the database.
+    /// The claimer's lease: the claim writes `now() + lease` on the row as its deadline, and
+    /// every heartbeat renews it by the same length. Other nodes compare with the row, never
+    /// with their own setting.
     pub lease: Duration,
     /// Recorded on the run: which process holds the claim.
     pub node_id: String,
@@ -184,6 +198,8 @@ pub enum ClaimOutcome {
     /// Only with [`ClaimRequest::demand_recorded`]: the matter failed `max_attempts` times in a
     /// row; it waits for a new demand (the row shows it as unserved and failed).
     RetriesExhausted { consecutive_failures: i32 },
+    /// The record says the matter is archived: the rail builds it no more, on any node.
+    Archived,
 }
 
 /// **claim**, then the **lost-claim loop**: claim; if a build is running, record the demand on
@@ -198,6 +214,9 @@ pub async fn claim_or_record(
     for _ in 0..1000 {
         if let Some(c) = claim(conn, req).await? {
             return Ok(ClaimOutcome::Won(c));
+        }
+        if super::facts::is_archived(conn, req.firm_id, req.matter_id).await? {
+            return Ok(ClaimOutcome::Archived);
         }
         if req.demand_recorded {
             // Not claimed: either a live build holds the matter (and the demand is on its row)
@@ -290,17 +309,28 @@ pub enum Landed {
     FollowUp(Claim),
 }
 
-/// **commit**: the compare-and-swap on the token, the frame insert and the application's
-/// extra writes, in one transaction. `Err(Fenced)` when the token is stale: nothing was
-/// written, and the run is recorded `fenced`. If the transaction's outcome is unknown (the
-/// connection died at COMMIT), the outcome is settled by reading the frame for this token,
-/// never by building again blindly.
+/// **commit**: the compare-and-swap on the claim's identity, the frame insert and the
+/// application's extra writes, in one transaction. `Err(Fenced)` when the claim is stale:
+/// nothing was written, and the run is recorded `fenced`. `Err(FrameRefused)` when the
+/// database refused the frame's body (its SQLSTATE says why): nothing was written; fail the
+/// claim, retrying cannot help.
+///
+/// Which errors leave the outcome unknown is decided by where they happened, not guessed from
+/// their kind: an error before COMMIT means the transaction rolled back (the server aborts a
+/// transaction on any error, and on a lost connection); only an error *at* COMMIT may hide a
+/// commit that happened, and that one is settled by reading the frame for this claim, never by
+/// building again blindly.
 pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) -> Result<Landed> {
     let mut conn = pool.get().await?;
     let next_run_id = Uuid::new_v4();
     let c = *claim;
     let node = node_id.to_owned();
     let Frame { body, extra } = frame;
+    // jsonb is parsed from text inside ops.insert_frame, where a refusal keeps its SQLSTATE.
+    let body = serde_json::to_string(body)
+        .map_err(|e| Error::InvalidInput(format!("the frame is not serialisable: {e}")))?;
+    let reached_commit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let at_commit = reached_commit.clone();
     let result = conn
         .transaction(async move |tx| {
             let after: Option<i64> = diesel::select(sql::commit_claim(
@@ -316,38 +346,43 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) ->
             let Some(after) = after else {
                 return Err(fenced(&c));
             };
-            diesel::insert_into(ops::matter_frames::table)
-                .values((
-                    ops::matter_frames::firm_id.eq(c.firm_id),
-                    ops::matter_frames::matter_id.eq(c.matter_id),
-                    ops::matter_frames::generation.eq(c.token),
-                    ops::matter_frames::run_id.eq(c.run_id),
-                    ops::matter_frames::body.eq(body),
-                ))
-                .execute(tx)
-                .await?;
+            let refused: Option<String> = diesel::select(sql::insert_frame(
+                c.firm_id, c.matter_id, c.token, c.run_id, &body,
+            ))
+            .get_result(tx)
+            .await?;
+            if let Some(why) = refused {
+                return Err(Error::FrameRefused(why));
+            }
             if let Some(extra) = extra {
                 extra(tx, c).await?;
+                if after != 0 {
+                    // The follow-up's lease starts now, not before the application's writes.
+                    diesel::select(sql::start_lease(c.firm_id, c.matter_id, next_run_id))
+                        .get_result::<bool>(tx)
+                        .await?;
+                }
             }
+            at_commit.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(landed_from(&c, after, next_run_id))
         })
         .await;
     match result {
         Err(Error::Fenced { .. }) => {
             let why = format!(
-                "commit refused: token {} is no longer the current claim",
-                c.token
+                "commit refused: token {} (run {}) is no longer the current claim",
+                c.token, c.run_id
             );
             record_fenced(&mut conn, c.run_id, &why).await?;
             Err(fenced(&c))
         }
-        Err(Error::Database(e)) if outcome_unknown(&e) => {
+        Err(e) if std::sync::atomic::AtomicBool::load(&reached_commit, std::sync::atomic::Ordering::SeqCst) => {
             drop(conn);
-            // A fresh connection: the one that failed at COMMIT is gone.
+            // The error came from COMMIT itself: read what the ledger holds, on a fresh
+            // connection (the one that failed may be gone).
+            tracing::warn!(error = %e, "commit outcome unknown; settling it from the ledger");
             let mut fresh = pool.get().await?;
-            settle(&mut fresh, &c, next_run_id)
-                .await?
-                .ok_or(Error::Database(e))
+            settle(&mut fresh, &c, next_run_id).await?.ok_or(e)
         }
         other => other,
     }
@@ -368,18 +403,6 @@ fn landed_from(c: &Claim, after: i64, next_run_id: Uuid) -> Landed {
     }
 }
 
-/// A failure at COMMIT time leaves the transaction's fate unknown to us.
-fn outcome_unknown(e: &diesel::result::Error) -> bool {
-    use diesel::result::{DatabaseErrorKind, Error as D};
-    matches!(
-        e,
-        D::DatabaseError(
-            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::Unknown,
-            _
-        ) | D::BrokenTransactionManager
-    )
-}
-
 /// Settles a commit whose outcome is unknown, by reading what the ledger holds for this token.
 /// `Some(landed)` if the frame is there (with the follow-up claim if the commit made one),
 /// `None` if it is not (the commit did not happen; the caller reports the original error).
@@ -390,7 +413,8 @@ pub async fn settle(
 ) -> Result<Option<Landed>> {
     use diesel::{OptionalExtension, QueryDsl};
     let frame = super::reads::frame_meta(conn, claim.firm_id, claim.matter_id, claim.token).await?;
-    if frame.is_none() {
+    // The frame must be this claim's own (same run), not one a reused token number landed.
+    if frame.is_none_or(|f| f.run_id != claim.run_id) {
         return Ok(None);
     }
     let follow_up: Option<i64> = ops::matter_frame_runs::table
@@ -474,16 +498,12 @@ struct SweptRow {
     token: i64,
 }
 
-/// **sweep**: fail every running row whose lease expired (at most `limit`), closing its run as
+/// **sweep**: fail every running row whose own deadline has passed (the claimer's lease, on the
+/// row: this node's `lease.seconds` plays no part), at most `limit`, closing its run as
 /// `lease_expired`. Returns the matters and the tokens that were swept, to nudge.
-pub async fn sweep(
-    conn: &mut AsyncPgConnection,
-    lease: Duration,
-    limit: u32,
-) -> Result<Vec<(MatterRef, i64)>> {
+pub async fn sweep(conn: &mut AsyncPgConnection, limit: u32) -> Result<Vec<(MatterRef, i64)>> {
     let rows: Vec<SweptRow> =
-        diesel::sql_query("SELECT firm_id, matter_id, token FROM ops.sweep($1, $2)")
-            .bind::<Double, _>(lease.as_secs_f64())
+        diesel::sql_query("SELECT firm_id, matter_id, token FROM ops.sweep($1)")
             .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
             .load(conn)
             .await?;

@@ -212,6 +212,11 @@ async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
             g.failed_matters as f64,
         ),
         (
+            "briefrail_events_stranded",
+            "Events republished to the cap and still not consumed: facts that may be missing from a Brief",
+            g.stranded_events as f64,
+        ),
+        (
             "briefrail_ledger_up",
             "Whether this node could read the ledger for these gauges",
             up as f64,
@@ -309,14 +314,26 @@ async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
          <style>body{{font:14px system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}\
          td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}.bad{{color:#a00}}</style></head><body>\
          <h1>briefrail</h1><p>node <b>{node}</b> · outbox backlog <b>{b}</b> (oldest {o:.1} s) · \
-         unserved matters <b>{u}</b> · builds running <b>{r}</b> · failed matters <b class=bad>{f}</b></p>",
+         unserved matters <b>{u}</b> · builds running <b>{r}</b> · failed matters <b class=bad>{f}</b> · \
+         stranded events <b class=bad>{s}</b></p>",
         node = esc(&state.node_id),
         b = g.outbox_backlog,
         o = g.oldest_unpublished_seconds,
         u = g.unserved_matters,
         r = g.running_builds,
-        f = g.failed_matters
+        f = g.failed_matters,
+        s = g.stranded_events
     );
+    if g.stranded_events > 0 {
+        let _ = write!(
+            h,
+            "<p class=bad><b>{} event(s) were republished {} times and never consumed</b>: some Brief may be \
+             missing a fact. Check the trigger consumer and the dead-letter queue, then \
+             <code>briefrail brief request</code> the matters concerned.</p>",
+            g.stranded_events,
+            crate::ledger::outbox::REPUBLISH_CAP
+        );
+    }
     h.push_str("<h2>Matters with unserved demand</h2><table><tr><th>firm</th><th>matter</th><th>status</th><th>requested</th><th>landed</th><th>failures</th><th>updated</th></tr>");
     for j in &unserved {
         let _ = write!(

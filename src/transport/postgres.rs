@@ -94,35 +94,34 @@ async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Res
 
 /// One batch: apply up to `batch` unpublished events through the inbox and mark them
 /// published, in one transaction; then nudge. Returns how many rows it took.
+///
+/// Each demand locks its job row until the batch commits, so two nodes applying batches at
+/// once must lock rows in one global order or they can deadlock: rows are applied in
+/// `(firm_id, matter_id)` order, not in event order (demands commute).
 pub async fn drain_once(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Result<usize> {
     let mut conn = opts.pool.get().await?;
     let batch = opts.batch;
     let (taken, nudges, duplicates) = conn
         .transaction(async move |tx| {
-            let rows = outbox::lock_unpublished(tx, batch).await?;
+            let mut rows = outbox::lock_unpublished(tx, batch).await?;
+            rows.sort_by_key(|r| (r.firm_id, r.matter_id, r.seq));
             let mut nudges = Vec::new();
             let mut duplicates = 0u64;
             for row in &rows {
-                let envelope = row.envelope();
-                match inbox::apply(tx, BRIEF_RAIL, &envelope).await {
-                    Ok(Applied::Demand { .. }) => nudges.push(Nudge {
+                match inbox::apply_row(tx, BRIEF_RAIL, row).await? {
+                    Applied::Demand { fact, .. } => nudges.push(Nudge {
                         key: MatterKey {
-                            firm_id: row.firm_id,
-                            matter_id: row.matter_id,
+                            firm_id: fact.firm_id,
+                            matter_id: fact.matter_id,
                         },
-                        event_ids: vec![row.event_id],
-                        traceparent: row.traceparent.clone(),
+                        event_ids: vec![fact.event_id],
+                        traceparent: fact.traceparent,
                     }),
-                    Ok(Applied::Duplicate) => duplicates += 1,
-                    Ok(Applied::Covered) => tracing::debug!(event_id = %row.event_id, "covered by a build that reads it"),
-                    Ok(Applied::Gated(reason)) => {
-                        tracing::debug!(event_id = %row.event_id, %reason, "gated")
+                    Applied::Duplicate => duplicates += 1,
+                    Applied::Covered => tracing::debug!(event_id = %row.event_id, "covered by a build that reads it"),
+                    Applied::Gated(reason) | Applied::NotHeard(reason) | Applied::Refused(reason) => {
+                        tracing::debug!(event_id = %row.event_id, %reason, "no demand")
                     }
-                    // Facts the rail does not hear (matter.archived) are published and ignored.
-                    Err(e) if e.is_permanent() => {
-                        tracing::debug!(event_id = %row.event_id, error = %e, "not heard")
-                    }
-                    Err(e) => return Err(e),
                 }
             }
             let ids: Vec<_> = rows.iter().map(|r| r.event_id).collect();

@@ -2,8 +2,10 @@
 //! prefetch. Per delivery: one transaction records `(consumer, event_id)`, checks the gates
 //! and records the demand; the ack follows the commit; then the matter actor is nudged.
 //!
-//! A malformed or unknown message is copied to the dead-letter exchange with the reason in a
-//! header, then acked: the consumer carries on. A database failure leads to a requeue after a
+//! Nothing in a message is believed: the inbox transaction reads the event's outbox row by id
+//! and takes every value from it. A malformed message, or one the ledger does not confirm (an
+//! unknown event id, or fields that disagree with its row), is copied to the dead-letter
+//! exchange with the reason in a header, then acked: nothing changes, the consumer carries on. A database failure leads to a requeue after a
 //! backoff (the quorum queue's delivery limit eventually dead-letters it; reconciliation from
 //! Postgres still serves the matter): never a lost message, never a crash.
 
@@ -24,6 +26,7 @@ use crate::actors::supervisor::{MatterKey, Supervisor};
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{self, Applied, BRIEF_RAIL, EventEnvelope};
 use crate::metrics::Metrics;
+use tracing::Instrument;
 
 pub struct TriggerConsumer {
     opts: AmqpOptions,
@@ -109,17 +112,30 @@ async fn handle(
     dead: &Channel,
     d: Delivery,
 ) -> Result<()> {
-    let envelope = match message::decode(&d.data, &d.properties)
-        .and_then(|e| inbox::check_heard(&e.event_name).map(|()| e))
-    {
+    let envelope = match message::decode(&d.data, &d.properties) {
         Ok(e) => e,
         Err(reason) => return dead_letter(opts, dead, &d, &reason.to_string()).await,
     };
-    let span = tracing::info_span!("consume", event_id = %envelope.event_id, event_name = %envelope.event_name,
-                                   firm_id = %envelope.firm_id, matter_id = %envelope.matter_id,
-                                   traceparent = envelope.traceparent.as_deref().unwrap_or(""));
-    let _enter = span.enter();
-    match apply(opts, &envelope).await {
+    // The span covers this delivery only (instrumented, never entered across an await).
+    let span = tracing::info_span!("consume", event_id = %envelope.event_id);
+    consume(opts, supervisor, dead, &d, &envelope)
+        .instrument(span)
+        .await
+}
+
+async fn consume(
+    opts: &AmqpOptions,
+    supervisor: &Addr<Supervisor>,
+    dead: &Channel,
+    d: &Delivery,
+    envelope: &EventEnvelope,
+) -> Result<()> {
+    match apply(opts, envelope).await {
+        Ok(Applied::Refused(reason)) => {
+            // The ledger does not confirm this message: nothing changed; keep it for a person.
+            Metrics::inc(&opts.metrics.nudges_refused);
+            dead_letter(opts, dead, d, &reason).await
+        }
         Ok(applied) => {
             d.acker
                 .ack(BasicAckOptions::default())
@@ -128,16 +144,19 @@ async fn handle(
             match applied {
                 Applied::Demand {
                     requested_generation,
+                    fact,
                 } => {
                     Metrics::inc(&opts.metrics.events_consumed);
-                    tracing::debug!(requested_generation, "demand recorded");
+                    tracing::debug!(firm_id = %fact.firm_id, matter_id = %fact.matter_id,
+                                    requested_generation, "demand recorded");
+                    // Every value from the ledger's row, none from the message.
                     supervisor.do_send(Nudge {
                         key: MatterKey {
-                            firm_id: envelope.firm_id,
-                            matter_id: envelope.matter_id,
+                            firm_id: fact.firm_id,
+                            matter_id: fact.matter_id,
                         },
-                        event_ids: vec![envelope.event_id],
-                        traceparent: envelope.traceparent.clone(),
+                        event_ids: vec![fact.event_id],
+                        traceparent: fact.traceparent,
                     });
                 }
                 Applied::Duplicate => {
@@ -145,20 +164,22 @@ async fn handle(
                     tracing::debug!("duplicate delivery: no second effect");
                 }
                 Applied::Gated(reason) => tracing::info!(%reason, "gated"),
+                Applied::NotHeard(reason) => tracing::debug!(%reason, "consumed: not heard"),
                 Applied::Covered => {
                     Metrics::inc(&opts.metrics.demands_coalesced);
                     tracing::debug!("covered: a running or landed build already reads this fact");
                 }
+                Applied::Refused(_) => unreachable!("handled above"),
             }
             Ok(())
         }
-        Err(e) if e.is_permanent() => dead_letter(opts, dead, &d, &e.to_string()).await,
+        Err(e) if e.is_permanent() => dead_letter(opts, dead, d, &e.to_string()).await,
         Err(e) => {
             // The database is unreachable: back off, then give the message back. Backing off
             // before the nack keeps a down database from turning into a redelivery storm.
             tracing::warn!(error = %e, "cannot record the demand; requeueing");
             tokio::time::sleep(Duration::from_millis(500)).await;
-            requeue(&d).await
+            requeue(d).await
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The wire format of a nudge: a small JSON envelope (IDs, name, time) and the W3C
-//! `traceparent` as an AMQP header. Nothing from a document ever travels.
+//! `traceparent` as an AMQP header. Nothing from a document ever travels, and nothing in a
+//! message is believed: the consumer looks the event up by id and compares the rest with the
+//! ledger's row (`ledger::inbox::apply`).
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
@@ -21,7 +23,6 @@ pub fn encode(e: &EventEnvelope) -> (Vec<u8>, BasicProperties) {
         "firm_id": e.firm_id,
         "matter_id": e.matter_id,
         "occurred_at": e.occurred_at,
-        "xact_id": e.xact_id,
     });
     let mut headers = FieldTable::default();
     if let Some(tp) = &e.traceparent {
@@ -92,7 +93,7 @@ mod tests {
             matter_id: uuid::Uuid::new_v4(),
             occurred_at: chrono::Utc::now(),
             traceparent: Some(crate::trace::Traceparent::new_root().to_string()),
-            xact_id: Some(778),
+            xact_id: None,
         };
         let (body, props) = encode(&e);
         assert_eq!(decode(&body, &props).unwrap(), e);

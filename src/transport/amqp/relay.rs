@@ -18,7 +18,7 @@ use lapin::{Channel, Confirmation};
 
 use super::{AmqpOptions, broker, connect, message};
 use crate::error::{Error, Result};
-use crate::ledger::inbox::{BRIEF_RAIL, HEARD};
+use crate::ledger::inbox::BRIEF_RAIL;
 use crate::ledger::models::OutboxRow;
 use crate::ledger::outbox;
 use crate::metrics::Metrics;
@@ -26,8 +26,6 @@ use crate::transport::postgres::CHANNEL;
 
 /// How far back reconciliation looks for published events the trigger never consumed.
 pub const RECONCILE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How often one event is republished at most (a poison message is not republished forever).
-pub const MAX_REPUBLISH: i32 = 50;
 
 /// How long a relay may hold rows it is publishing before another relay may take them.
 pub const PUBLISH_LEASE: Duration = Duration::from_secs(30);
@@ -195,7 +193,8 @@ pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
         }
     }
     for (id, error) in &outcome.failed {
-        tracing::warn!(event_id = %id, %error, "publish failed; will retry with backoff");
+        let error = bounded(error);
+        tracing::warn!(event_id = %id, error, "publish failed; will retry with backoff");
         outbox::mark_failed(&mut c, &[*id], error).await?;
     }
     Ok(())
@@ -252,26 +251,43 @@ pub async fn drain(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
     Ok(total)
 }
 
-/// Republishes events the trigger has not consumed `reconcile.after_seconds` after they were
-/// published (a dropped message, a purged queue, a crashed consumer).
+/// Republishes events the trigger has not consumed in time (a dropped message, a purged
+/// queue, a crashed consumer), each later than the last (see [`outbox::Republish`]). An event
+/// that reaches the cap is reported as stranded: an error line here, and the
+/// `briefrail_events_stranded` gauge and the status page from the ledger.
 pub async fn reconcile(opts: &AmqpOptions) -> Result<usize> {
     let mut c = opts.pool.get().await?;
-    let ids = outbox::requeue_unconsumed(
-        &mut c,
-        BRIEF_RAIL,
-        &HEARD,
-        opts.reconcile_after,
-        // Events older than a week are left to the sweeper's unserved-demand scan.
-        RECONCILE_WINDOW,
-        MAX_REPUBLISH,
-        1000,
-    )
-    .await?;
-    for id in &ids {
+    let policy = outbox::Republish {
+        after: opts.reconcile_after,
+        window: RECONCILE_WINDOW,
+        cap: outbox::REPUBLISH_CAP,
+    };
+    let requeued = outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 1000).await?;
+    for r in &requeued {
         Metrics::inc(&opts.metrics.events_republished);
-        tracing::info!(event_id = %id, "reconcile: not consumed in time; republishing");
+        if r.republish_count >= policy.cap {
+            tracing::error!(event_id = %r.event_id, republish_count = r.republish_count,
+                            "reconcile: republished for the last time and still not consumed; \
+                             the event is stranded (see briefrail_events_stranded)");
+        } else {
+            tracing::info!(event_id = %r.event_id, republish_count = r.republish_count,
+                           "reconcile: not consumed in time; republishing");
+        }
     }
-    Ok(ids.len())
+    Ok(requeued.len())
+}
+
+/// A broker's reply text can be long (and carry raw bytes): one log line stays one line.
+fn bounded(s: &str) -> &str {
+    const MAX: usize = 300;
+    if s.len() <= MAX {
+        return s;
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 impl Handler<crate::actors::node::StopActor> for Relay {

@@ -6,7 +6,6 @@ use lapin::{Channel, ExchangeKind};
 
 use super::broker;
 use crate::error::Result;
-use crate::ledger::inbox::HEARD;
 
 /// How many times a quorum queue redelivers a message before dead-lettering it.
 pub const DELIVERY_LIMIT: i64 = 5;
@@ -16,7 +15,7 @@ pub const DELIVERY_LIMIT: i64 = 5;
 pub struct Topology {
     /// Durable topic exchange for every domain event; routing key = event name.
     pub events_exchange: String,
-    /// The Brief rail's trigger queue (durable, quorum).
+    /// The Brief rail's trigger queue (durable, quorum), bound to every event (`#`).
     pub trigger_queue: String,
     /// Dead-letter exchange (fanout) and queue.
     pub dead_exchange: String,
@@ -92,17 +91,19 @@ impl Topology {
         ch.queue_declare(self.trigger_queue.as_str().into(), durable_q, args)
             .await
             .map_err(broker)?;
-        for name in HEARD {
-            ch.queue_bind(
-                self.trigger_queue.as_str().into(),
-                self.events_exchange.as_str().into(),
-                name.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(broker)?;
-        }
+        // Every fact, not only those the rail hears: a fact no queue listened to would come back
+        // unroutable and stay in the outbox for ever. The trigger consumes the others with no
+        // effect. (Installations declared before this binding keep their per-name bindings; a
+        // message matching several bindings of one queue is delivered to it once.)
+        ch.queue_bind(
+            self.trigger_queue.as_str().into(),
+            self.events_exchange.as_str().into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(broker)?;
         Ok(())
     }
 }
