@@ -65,7 +65,9 @@ pub struct DatabaseSettings {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct LeaseSettings {
-    /// Seconds after the last heartbeat (database clock) at which a claim may be taken over.
+    /// The lease of this node's claims: each claim and heartbeat writes `now() + seconds` on
+    /// the row as its deadline (database clock); once it passes, any node may take the claim
+    /// over. Other nodes compare with the row, never with their own setting.
     pub seconds: f64,
     /// Seconds between heartbeats of a running build; defaults to a third of the lease.
     pub heartbeat_seconds: Option<f64>,

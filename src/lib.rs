@@ -4,7 +4,7 @@
 //! Start reading at [`ledger`]: one Postgres row per matter hands out fencing tokens, and every
 //! write made for a build is a compare-and-swap on that token. Everything else is delivery:
 //!
-//! * [`ledger`]: the tables of PROTOCOL.md and every statement on them.
+//! * [`ledger`]: the tables of the protocol (`docs/protocol.md`) and every statement on them.
 //! * [`db`]: the connection pool (with the session timeouts), migrations, database creation.
 //! * [`config`]: layered settings, validated once at start.
 //! * [`error`]: typed errors; a stale token is [`Error::Fenced`].

@@ -3,11 +3,13 @@
 //!
 //! - The runtime's trigger and PROTOCOL.md's plain trigger keep every property on every
 //!   schedule up to the default bound (`Rail::default_bound`).
-//! - Eight deliberate bugs each produce a counterexample, so the checker is known to be able to
+//! - With forged nudges on the bus (real event ids, forged fields), the runtime's trigger keeps
+//!   every property, because the consumer reads the event's row from the ledger.
+//! - Nine deliberate bugs each produce a counterexample, so the checker is known to be able to
 //!   fail: the seed's upsert, a CAS without the token, deletable job rows, no reconcile, a
-//!   demand without snapshot coverage, and three that are the code before migration 000003:
-//!   a retry claim without the limit, a plain demand that keeps the failure count, an old
-//!   build's failure counted against a new demand.
+//!   demand without snapshot coverage, a consumer that trusts the wire, and three that are the
+//!   code before migration 000003: a retry claim without the limit, a plain demand that keeps
+//!   the failure count, an old build's failure counted against a new demand.
 //! - The model has no cycles, which is what makes its "eventually" exact.
 //! - `cargo test --release --test model_check -- --ignored` checks the larger bound.
 
@@ -127,6 +129,22 @@ fn an_old_builds_failure_that_counts_against_a_new_demand_strands_it() {
 fn a_demand_without_snapshot_coverage_costs_needless_builds() {
     let rail = Rail::default_bound(Trigger::DemandThenClaim).with_flaw(Flaw::NoCoverage);
     caught(rail, &["every build reads a fact the Brief lacks"]);
+}
+
+#[test]
+fn forged_nudges_change_nothing_when_the_consumer_reads_the_ledger() {
+    holds(Rail::forging());
+}
+
+#[test]
+fn a_consumer_that_trusts_the_wire_loses_a_fact() {
+    caught(
+        Rail::forging().with_flaw(Flaw::TrustTheWire),
+        &[
+            "a recorded demand is never lost",
+            "every demand is eventually served",
+        ],
+    );
 }
 
 #[test]

@@ -122,11 +122,11 @@ async fn demand_and_nudge(db: &TestDb, node: &Node, firm: Uuid, matter: Uuid) ->
 async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     let db = TestDb::new(16).await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    // Node A stalls inside its build; its heartbeats (every 10 s) are slower than the lease
-    // node B enforces (50 ms): to B, A looks exactly like a paused process.
+    // Node A stalls inside its build and sends no heartbeat in time (every 10 s, against its
+    // own 100 ms lease, written on the row): to B, A looks exactly like a paused process.
     let (gate, open_a) = Gate::new(false, Duration::ZERO);
     let mut sa = settings(&db, "node-a");
-    sa.lease.seconds = 30.0;
+    sa.lease.seconds = 0.1;
     sa.lease.heartbeat_seconds = Some(10.0);
     let a = start(&db, sa, gate.clone(), false);
     let mut sb = settings(&db, "node-b");
@@ -145,7 +145,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     )
     .await;
     let token_a = held.claimed_generation;
-    tokio::time::sleep(Duration::from_millis(100)).await; // past B's lease horizon
+    tokio::time::sleep(Duration::from_millis(200)).await; // past A's own deadline
 
     let report = b.sweep_now().await.unwrap();
     assert_eq!(report.expired, 1, "B's sweeper expires A's claim");

@@ -10,8 +10,8 @@
 --   and at every heartbeat, on the database clock. The sweep and a claim over an expired lease
 --   compare with the row, never with their own node's setting.
 -- * A stored snapshot judges coverage only on the cluster that took it (claimed_cluster, the
---   cluster's system identifier) and only if its xmax is in this cluster's past: after a
---   pg_dump/pg_restore into a new cluster, old snapshots cover nothing.
+--   cluster's system identifier): after a pg_dump/pg_restore into a new cluster, old snapshots
+--   cover nothing.
 -- * An archived matter is neither claimed nor reconciled, on every node, and a follow-up is
 --   not re-claimed for it.
 -- * A follow-up claimed in the commit starts its lease when the commit's work is done
@@ -92,14 +92,17 @@ CREATE FUNCTION ops.is_archived(p_firm uuid, p_matter uuid) RETURNS boolean LANG
 $$;
 
 -- Whether a fact recorded by transaction p_xact was visible to a claim whose snapshot is
--- p_snapshot, taken on cluster p_cluster. Only a snapshot this cluster took, and whose xmax is
--- in this cluster's past, may say yes: anything else (a restored row, a snapshot of unknown
--- provenance) covers nothing, which costs at most one build.
+-- p_snapshot, taken on cluster p_cluster. Only a snapshot this cluster took may say yes: a
+-- logical dump/restore gives the rows a new cluster whose transaction ids start afresh, so an
+-- old snapshot would see every new fact as long committed. Anything else (a restored row, a
+-- snapshot of unknown provenance) covers nothing, which costs at most one build.
+-- (Comparing the snapshot's xmax with the current one instead is not enough: it stops judging
+-- once the new cluster's ids pass the old ones, and it races a claim that commits while the
+-- demand waits for the row.)
 CREATE FUNCTION ops.snapshot_covers(p_xact bigint, p_snapshot text, p_cluster bigint)
 RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT p_xact IS NOT NULL AND p_snapshot IS NOT NULL
-       AND p_cluster IS NOT DISTINCT FROM ops.cluster_id() AND p_cluster IS NOT NULL
-       AND pg_snapshot_xmax(p_snapshot::pg_snapshot) <= pg_snapshot_xmax(pg_current_snapshot())
+       AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()
        AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot)
 $$;
 

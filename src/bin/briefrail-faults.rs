@@ -1,6 +1,6 @@
 //! `briefrail-faults`: three real `briefrail run` processes (the `command` builder, a build time
 //! drawn per build) against the machine's Postgres and RabbitMQ, a seeded random schedule of
-//! demand bursts and faults, then quiescence and the invariants of PROTOCOL.md checked over the
+//! demand bursts and faults, then quiescence and the invariants of docs/protocol.md checked over the
 //! tables. Same seed, same schedule. Exits non-zero on any violation, naming matter and rows.
 //!
 //! ```sh

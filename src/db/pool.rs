@@ -1,7 +1,7 @@
 //! The bb8 pool of diesel-async connections.
 //!
 //! Every connection sets `lock_timeout` and `idle_in_transaction_session_timeout`
-//! (PROTOCOL.md principle 5): a process that stalls while holding a row lock (a SIGSTOPped
+//! (docs/protocol.md, principle 5): a process that stalls while holding a row lock (a SIGSTOPped
 //! node, a commit that hangs) is cut off by Postgres instead of freezing its matter.
 //! Connections are not pinged on checkout (a round trip per statement); a broken one surfaces
 //! as an error on use and is then discarded by the pool.

@@ -1,4 +1,4 @@
-//! The transitions of PROTOCOL.md, one SQL statement each.
+//! The transitions of the protocol (`docs/protocol.md`), one SQL statement each.
 //!
 //! Each statement lives in `migrations/2026-12-01-000004_trust_only_the_ledger/up.sql` (the one
 //! home of the live transition SQL) as a SQL function of the same name, so diesel caches it as

@@ -188,8 +188,9 @@ pub async fn run(base: &Settings) -> Result<()> {
     let b = Node::start(Arc::new(sb), pool.clone(), ob);
     let mut sa = s.clone();
     sa.node.id = "worker-a".into();
-    // A frozen process sends no heartbeats: worker-a's would come only every 60 s.
-    sa.lease.seconds = 120.0;
+    // A frozen process sends no heartbeats: worker-a's would come only every 60 s, so its
+    // claim's own 2 s deadline (written on the row) passes and worker-b's sweeper takes it.
+    sa.lease.seconds = 2.0;
     sa.lease.heartbeat_seconds = Some(60.0);
     sa.trigger.debounce_ms = 0;
     let mut oa = NodeOptions::new(Arc::new(DemoBuilder {

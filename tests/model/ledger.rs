@@ -1,8 +1,12 @@
 //! The ledger's transitions, one function per SQL function of
-//! `migrations/2026-11-29-000002_ledger_transitions/up.sql` (same names; `claim`,
-//! `record_lost_claim`, `fail_claim` and `sweep` as replaced by
-//! `…000003_retries_and_new_demands`), each applied
-//! atomically as the statement is. Comments quote the SQL clause each line mirrors.
+//! `migrations/2026-12-01-000004_trust_only_the_ledger/up.sql` (the live set; same names),
+//! each applied atomically as the statement is. Comments quote the SQL clause each line
+//! mirrors.
+//!
+//! Left out, because the model cannot tell them apart: the claim's run id beside its token
+//! (every claim here issues a fresh token, so token and identity coincide; a token number
+//! handed out twice is `tests/trust.rs`), the claimer's lease length (time is "expired or
+//! not"), the cluster a snapshot came from (one cluster), archived matters (one live matter).
 //!
 //! The flaws of the negative controls that break a statement are switched here (the others,
 //! which break the code around the statements, in `mod.rs`).

@@ -7,7 +7,7 @@
 //!
 //! # What is modelled, and the statement each step mirrors
 //!
-//! | model action | what runs | SQL (`migrations/…_ledger_transitions`, as replaced by `…000003`) | Rust |
+//! | model action | what runs | SQL (`migrations/…000004_trust_only_the_ledger`, the live set) | Rust |
 //! |---|---|---|---|
 //! | `CommitFact` | the application records a fact and its outbox row in one transaction | `INSERT record.* ; INSERT ops.domain_event_outbox` | `ledger::facts` |
 //! | `Publish(f)` | the relay publishes an outbox row (confirmed) and marks it | `UPDATE … SET published_at` | `transport::amqp::relay` |
@@ -29,6 +29,8 @@
 //! | `Sweep` | the sweeper fails a running row whose lease expired, and nudges its matter | `ops.sweep` | `transitions::sweep`, `actors::sweeper` |
 //! | `Reconcile` | the sweeper nudges a matter with unserved demand | `ops.unserved` | `transitions::unserved` |
 //! | `LoseEvent(f)`, `LosePoke`, `Duplicate(f)` | the broker drops or redelivers (faults) | — | — |
+//! | `Forge(f)` | (with `forgeries`) a publisher puts a forged nudge on the bus: fact `f`'s real event id, the earliest transaction id (a fault) | — | — |
+//! | `DeliverForged(n, f)` | the consumer's inbox transaction for it: the outbox row by id disagrees, so it is refused and nothing changes (in the flaw `TrustTheWire`: believed, the demand judged by the wire's transaction id) | `SELECT … FROM ops.domain_event_outbox WHERE event_id = …` | `ledger::inbox::apply` |
 //! | `DeleteRow` | only in the ABA flaw: the no-delete trigger is gone | `DELETE` (refused by the trigger) | — |
 //!
 //! # Abstractions (each keeps every schedule the real system has, or says why not)
@@ -96,6 +98,9 @@ pub enum Flaw {
     /// The fail and sweep of migration 000002: the failure of a build claimed before a demand
     /// arrived counted against that demand's retries.
     FailureCountsAgainstNewDemand,
+    /// The consumer before "trust only the ledger": it took a nudge's transaction id from the
+    /// message, so a forged one was judged covered and its inbox row swallowed the real nudge.
+    TrustTheWire,
 }
 
 /// The bound and the variant to check.
@@ -108,6 +113,8 @@ pub struct Rail {
     pub max_attempts: u8,
     pub trigger: Trigger,
     pub flaw: Flaw,
+    /// The environment may forge nudges (`Forge`, a fault): real event ids, forged fields.
+    pub forgeries: bool,
 }
 
 impl Rail {
@@ -126,6 +133,7 @@ impl Rail {
             max_attempts: 2,
             trigger,
             flaw: Flaw::None,
+            forgeries: false,
         }
     }
 
@@ -141,6 +149,15 @@ impl Rail {
     pub fn with_flaw(mut self, flaw: Flaw) -> Rail {
         self.flaw = flaw;
         self
+    }
+
+    /// The bound for forged nudges: the runtime's trigger (the plain trigger's claim reads
+    /// every committed fact, whatever the nudge says) at its default bound.
+    pub fn forging() -> Rail {
+        Rail {
+            forgeries: true,
+            ..Rail::default_bound(Trigger::DemandThenClaim)
+        }
     }
 
     /// Every property is decided at this state: nothing can happen any more.
@@ -182,6 +199,8 @@ pub enum Action {
     LoseEvent(u8),
     LosePoke,
     Duplicate(u8),
+    Forge(u8),
+    DeliverForged(usize, u8),
     DeleteRow,
 }
 
@@ -205,6 +224,9 @@ impl Model for Rail {
                 out.push(Action::LoseEvent(f));
                 out.push(Action::Duplicate(f));
             }
+            if self.forgeries && s.faults_left > 0 && s.forged & bit(f) == 0 {
+                out.push(Action::Forge(f));
+            }
         }
         for n in 0..self.nodes {
             let node = &s.nodes[n];
@@ -215,6 +237,9 @@ impl Model for Rail {
             for f in 1..=s.facts {
                 if s.in_flight[slot(f)] > 0 {
                     out.push(Action::Deliver(n, f));
+                }
+                if s.forged & bit(f) != 0 {
+                    out.push(Action::DeliverForged(n, f));
                 }
             }
             if s.pokes > 0 && !node.pending {
@@ -278,6 +303,25 @@ impl Model for Rail {
                 lost
             }
             Action::Deliver(n, f) => self.deliver(&mut s, n, f),
+            Action::Forge(f) => {
+                s.forged |= bit(f);
+                s.faults_left -= 1;
+                true
+            }
+            Action::DeliverForged(n, f) => {
+                s.forged &= !bit(f);
+                // The runtime reads the outbox row by the message's event id: its transaction
+                // is not the message's, so the nudge is refused (dead-lettered), nothing else.
+                if self.flaw == Flaw::TrustTheWire && s.consumed & bit(f) == 0 {
+                    s.consumed |= bit(f);
+                    s.failures_since_demand = 0;
+                    // The forged transaction id: the earliest fact's.
+                    if s.demand(1, self.flaw).is_some() {
+                        s.nodes[n].pending = true;
+                    }
+                }
+                true
+            }
             Action::DeliverPoke(n) => {
                 s.pokes -= 1;
                 s.nodes[n].pending = true;

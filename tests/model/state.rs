@@ -115,6 +115,8 @@ pub struct State {
     pub in_flight: [u8; MAX_FACTS],
     /// Reconcile's nudges in flight.
     pub pokes: u8,
+    /// Forged nudges on the bus (a real event id, forged fields), as a bitmask of facts.
+    pub forged: u8,
     /// The first `Rail::nodes` are in play; the rest stay fresh (fixed arrays keep a state
     /// free of heap allocations, which is most of the cost of exploring millions of them).
     pub nodes: [Node; MAX_NODES],
@@ -165,6 +167,7 @@ impl State {
             consumed: 0,
             in_flight: [0; MAX_FACTS],
             pokes: 0,
+            forged: 0,
             nodes: [Node::FRESH; MAX_NODES],
             faults_left: faults,
             max_issued: 0,
