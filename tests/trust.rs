@@ -376,6 +376,32 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
     c.batch_execute(&backdate(130)).await.unwrap();
     let third = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
     assert_eq!(third, vec![ev.event_id]);
+
+    // At the cap it is left alone, and it is an alert, not silence.
+    assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 0);
+    outbox::mark_published(&mut c, &[ev.event_id]).await.unwrap();
+    c.batch_execute(&format!(
+        "UPDATE ops.domain_event_outbox SET republish_count = {}, published_at = now() - interval '30 days'
+          WHERE event_id = '{}'",
+        outbox::REPUBLISH_CAP,
+        ev.event_id
+    ))
+    .await
+    .unwrap();
+    let capped = outbox::requeue_unconsumed(
+        &mut c,
+        BRIEF_RAIL,
+        &outbox::Republish { window: Duration::from_secs(365 * 86400), ..policy },
+        100,
+    )
+    .await
+    .unwrap();
+    assert!(capped.is_empty(), "republished past the cap: {capped:?}");
+    assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 1);
+    // Once consumed, it is no longer stranded.
+    let applied = inbox::apply(&mut c, BRIEF_RAIL, &ev.envelope()).await.unwrap();
+    assert!(matches!(applied, Applied::Demand { .. }), "{applied:?}");
+    assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 0);
 }
 
 /// Defect 2: after pg_dump/pg_restore into a new cluster, the rows hold snapshots of the old

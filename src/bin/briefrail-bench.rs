@@ -91,7 +91,7 @@ async fn until(pool: &Pool, sql: &str, limit: Duration) -> R<()> {
     Ok(())
 }
 
-/// Raw baseline: the same statements (claim; BEGIN, commit CAS, frame insert, COMMIT) from
+/// Raw baseline: the same statements (claim; BEGIN, commit CAS, `ops.insert_frame`, COMMIT) from
 /// tokio-postgres with prepared statements, `conns` connections, over `matters`.
 async fn raw_cycles(url: &str, conns: usize, matters: &[(Uuid, Uuid)], rounds: usize) -> R<f64> {
     let mut handles = Vec::new();
@@ -103,10 +103,10 @@ async fn raw_cycles(url: &str, conns: usize, matters: &[(Uuid, Uuid)], rounds: u
         handles.push(tokio::spawn(async move {
             let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
             tokio::spawn(conn);
-            let claim = client.prepare("SELECT ops.claim($1, $2, 60, $3, 'raw', NULL, '{}', false)").await?;
+            let claim = client.prepare("SELECT ops.claim($1, $2, 60, $3, 'raw', NULL, '{}', false, 5)").await?;
             let cas = client.prepare("SELECT ops.commit_claim($1, $2, $3, $4, $5, 'raw')").await?;
             let frame = client
-                .prepare("INSERT INTO ops.matter_frames (firm_id, matter_id, generation, run_id, body) VALUES ($1, $2, $3, $4, '{}')")
+                .prepare("SELECT ops.insert_frame($1, $2, $3, $4, '{}')")
                 .await?;
             let mut n = 0u64;
             for _ in 0..rounds {
@@ -116,7 +116,7 @@ async fn raw_cycles(url: &str, conns: usize, matters: &[(Uuid, Uuid)], rounds: u
                     let Some(token) = token else { continue };
                     client.batch_execute("BEGIN").await?;
                     let _: Option<i64> = client.query_one(&cas, &[f, m, &token, &run, &Uuid::new_v4()]).await?.get(0);
-                    tokio_postgres::Client::execute(&client, &frame, &[f, m, &token, &run]).await?;
+                    let _: Option<String> = client.query_one(&frame, &[f, m, &token, &run]).await?.get(0);
                     client.batch_execute("COMMIT").await?;
                     n += 1;
                 }
