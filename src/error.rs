@@ -101,3 +101,16 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Error {
         Error::Connection(crate::secret::redact_urls(&e.to_string()))
     }
 }
+
+/// `s` cut to at most `max` bytes on a character boundary: error text kept on a run or written
+/// to a log line stays bounded however much a builder or a broker said.
+pub fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

@@ -112,7 +112,9 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
         match task.await.expect("task") {
             ClaimOutcome::Won(c) => winners.push(c),
             ClaimOutcome::Recorded { .. } => recorded += 1,
-            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } | ClaimOutcome::Archived => {
+            ClaimOutcome::Served
+            | ClaimOutcome::RetriesExhausted { .. }
+            | ClaimOutcome::Archived => {
                 panic!("the plain claim never reports Served")
             }
         }
@@ -326,7 +328,9 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
         });
         let landed = committer.await.unwrap();
         match demander.await.unwrap() {
-            ClaimOutcome::Served | ClaimOutcome::RetriesExhausted { .. } | ClaimOutcome::Archived => {
+            ClaimOutcome::Served
+            | ClaimOutcome::RetriesExhausted { .. }
+            | ClaimOutcome::Archived => {
                 panic!("the plain claim never reports Served")
             }
             ClaimOutcome::Won(c) => {

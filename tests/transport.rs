@@ -74,6 +74,41 @@ async fn rig(reconcile_after: Duration) -> Rig {
     }
 }
 
+/// The embedded transport's options on the rig's database, `batch` events per transaction.
+fn pg_transport(r: &Rig, batch: i64) -> briefrail::transport::postgres::PgTransportOptions {
+    briefrail::transport::postgres::PgTransportOptions {
+        url: SecretUrl::new(r.db.url.clone()),
+        pool: r.db.pool.clone(),
+        poll: Duration::from_millis(200),
+        batch,
+        metrics: r.opts.metrics.clone(),
+    }
+}
+
+/// Takes the next message from the test's dead-letter queue and returns its
+/// `x-briefrail-reason` header.
+async fn next_dead_letter_reason(ch: &lapin::Channel, scope: &BrokerScope) -> String {
+    let got = eventually(Duration::from_secs(10), "a dead letter", || async {
+        ch.basic_get(
+            scope.topology.dead_queue.as_str().into(),
+            BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+    })
+    .await;
+    let headers = got
+        .delivery
+        .properties
+        .headers()
+        .clone()
+        .unwrap_or_default();
+    match headers.inner().get("x-briefrail-reason") {
+        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        other => panic!("dead letter without a reason: {other:?}"),
+    }
+}
+
 async fn channel() -> lapin::Channel {
     let conn = amqp::connect(&SecretUrl::new(AMQP_URL), "test")
         .await
@@ -268,22 +303,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
 
     let mut reasons = Vec::new();
     for _ in 0..poison.len() {
-        let got = eventually(Duration::from_secs(10), "a dead letter", || async {
-            ch.basic_get(
-                r.scope.topology.dead_queue.as_str().into(),
-                BasicGetOptions { no_ack: true },
-            )
-            .await
-            .unwrap()
-        })
-        .await;
-        let headers = got.delivery.properties.headers().clone().unwrap();
-        match headers.inner().get("x-briefrail-reason") {
-            Some(AMQPValue::LongString(s)) => {
-                reasons.push(String::from_utf8_lossy(s.as_bytes()).into_owned())
-            }
-            other => panic!("dead letter without a reason: {other:?}"),
-        }
+        reasons.push(next_dead_letter_reason(&ch, &r.scope).await);
     }
     assert!(reasons[0].contains("not a nudge"), "{reasons:?}");
     assert!(reasons[1].contains("event_id"), "{reasons:?}");
@@ -437,15 +457,9 @@ async fn an_event_whose_transaction_commits_late_is_still_published() {
 
 #[actix_rt::test]
 async fn the_postgres_transport_applies_each_event_once_and_survives_late_commits() {
-    use briefrail::transport::postgres::{PgTransport, PgTransportOptions, drain_once};
+    use briefrail::transport::postgres::{PgTransport, drain_once};
     let r = rig(Duration::from_secs(600)).await;
-    let opts = PgTransportOptions {
-        url: SecretUrl::new(r.db.url.clone()),
-        pool: r.db.pool.clone(),
-        poll: Duration::from_millis(200),
-        batch: 50,
-        metrics: r.opts.metrics.clone(),
-    };
+    let opts = pg_transport(&r, 50);
     let firm = Uuid::new_v4();
     let (a, late) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
@@ -564,7 +578,11 @@ async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconcil
 }
 
 /// Publishes one outbox row as the relay would (its envelope, mandatory, confirmed).
-async fn publish_row(ch: &lapin::Channel, exchange: &str, env: &briefrail::ledger::inbox::EventEnvelope) {
+async fn publish_row(
+    ch: &lapin::Channel,
+    exchange: &str,
+    env: &briefrail::ledger::inbox::EventEnvelope,
+) {
     let (body, props) = message::encode(env);
     ch.basic_publish(
         exchange.into(),
@@ -603,7 +621,9 @@ async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_th
     let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
     for m in [a, b] {
-        facts::create_matter(&mut c, firm, m, "Acme v. Globex").await.unwrap();
+        facts::create_matter(&mut c, firm, m, "Acme v. Globex")
+            .await
+            .unwrap();
         publish_row(&ch, &ex, &newest_event(&r.db, m).await.envelope()).await;
         eventually(Duration::from_secs(20), "the matter served", || async {
             served(&r.db, firm, m).await.then_some(())
@@ -628,30 +648,26 @@ async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_th
     forged.matter_id = b;
     publish_row(&ch, &ex, &forged).await;
     eventually(Duration::from_secs(20), "the forgery handled", || async {
-        (get(&r.opts.metrics.dead_lettered) + get(&r.opts.metrics.events_consumed) >= 3).then_some(())
+        (get(&r.opts.metrics.dead_lettered) + get(&r.opts.metrics.events_consumed) >= 3)
+            .then_some(())
     })
     .await;
     publish_row(&ch, &ex, &real).await;
-    eventually(Duration::from_secs(20), "the document in matter A's Brief", || async {
-        let mut c = r.db.pool.get().await.unwrap();
-        let f = reads::latest_frame(&mut c, firm, a).await.unwrap()?;
-        f.body.to_string().contains("Exhibit Seven").then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the document in matter A's Brief",
+        || async {
+            let mut c = r.db.pool.get().await.unwrap();
+            let f = reads::latest_frame(&mut c, firm, a).await.unwrap()?;
+            f.body.to_string().contains("Exhibit Seven").then_some(())
+        },
+    )
     .await;
-    let dead = eventually(Duration::from_secs(10), "the forgery dead-lettered", || async {
-        ch.basic_get(
-            r.scope.topology.dead_queue.as_str().into(),
-            BasicGetOptions { no_ack: true },
-        )
-        .await
-        .unwrap()
-    })
-    .await;
-    let reason = match dead.delivery.properties.headers().clone().unwrap().inner().get("x-briefrail-reason") {
-        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        other => panic!("no reason: {other:?}"),
-    };
-    assert!(reason.contains("matter_id"), "the reason names the field: {reason}");
+    let reason = next_dead_letter_reason(&ch, &r.scope).await;
+    assert!(
+        reason.contains("matter_id"),
+        "the reason names the field: {reason}"
+    );
 }
 
 /// Defect 6: a fact the rail does not hear (matter.archived) is still routable, so it drains
@@ -661,41 +677,52 @@ async fn every_recorded_fact_drains_from_the_outbox_even_one_the_rail_does_not_h
     let r = rig(Duration::from_secs(600)).await;
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex").await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
     facts::archive_matter(&mut c, firm, matter).await.unwrap();
     let _relay = Relay::new(r.opts.clone()).start();
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
-    eventually(Duration::from_secs(20), "every outbox row published", || async {
-        (count(&r.db, "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL").await == 0)
-            .then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "every outbox row published",
+        || async {
+            (count(
+                &r.db,
+                "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL",
+            )
+            .await
+                == 0)
+                .then_some(())
+        },
+    )
     .await;
     eventually(Duration::from_secs(20), "every event consumed", || async {
         (count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await == 2).then_some(())
     })
     .await;
-    assert_eq!(get(&r.opts.metrics.dead_lettered), 0, "a valid fact is not a dead letter");
+    assert_eq!(
+        get(&r.opts.metrics.dead_lettered),
+        0,
+        "a valid fact is not a dead letter"
+    );
 }
 
 /// Defect 7: two nodes on the postgres transport drain interleaved demands for the same
 /// matters at once; neither may deadlock (each locks job rows in one global order).
 #[actix_rt::test]
 async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
-    use briefrail::transport::postgres::{PgTransportOptions, drain_once};
+    use briefrail::transport::postgres::drain_once;
     let r = rig(Duration::from_secs(600)).await;
-    let opts = PgTransportOptions {
-        url: SecretUrl::new(r.db.url.clone()),
-        pool: r.db.pool.clone(),
-        poll: Duration::from_millis(200),
-        batch: 40,
-        metrics: r.opts.metrics.clone(),
-    };
+    let opts = pg_transport(&r, 40);
     let firm = Uuid::new_v4();
     let mut c = r.db.pool.get().await.unwrap();
     let mut matters = Vec::new();
     for i in 0..40 {
         let m = Uuid::new_v4();
-        facts::create_matter(&mut c, firm, m, &format!("Matter {i}")).await.unwrap();
+        facts::create_matter(&mut c, firm, m, &format!("Matter {i}"))
+            .await
+            .unwrap();
         matters.push(m);
     }
     while drain_once(&opts, &r.node.supervisor).await.unwrap() > 0 {}
@@ -706,12 +733,16 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
             n: i64,
         }
         let mut c = r.db.pool.get().await.unwrap();
-        c.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
-        diesel::sql_query("SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()")
-            .get_result::<D>(&mut c)
+        c.batch_execute("SELECT pg_stat_clear_snapshot()")
             .await
-            .unwrap()
-            .n
+            .unwrap();
+        diesel::sql_query(
+            "SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .get_result::<D>(&mut c)
+        .await
+        .unwrap()
+        .n
     };
     let before = deadlocks().await;
     for round in 0..3 {

@@ -33,7 +33,10 @@ fn nudged(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
 }
 
 /// The newest outbox row of a matter.
-async fn last_event(c: &mut AsyncPgConnection, matter: Uuid) -> briefrail::ledger::models::OutboxRow {
+async fn last_event(
+    c: &mut AsyncPgConnection,
+    matter: Uuid,
+) -> briefrail::ledger::models::OutboxRow {
     use briefrail::schema::ops::domain_event_outbox::dsl as o;
     use diesel::{ExpressionMethods, QueryDsl, SelectableHelper};
     o::domain_event_outbox
@@ -47,22 +50,57 @@ async fn last_event(c: &mut AsyncPgConnection, matter: Uuid) -> briefrail::ledge
 
 /// Creates a matter and serves it once: its row is idle with a landed frame and the snapshot
 /// of the claim that built it.
-async fn served_matter(c: &mut AsyncPgConnection, pool: &briefrail::db::Pool, firm: Uuid, matter: Uuid) {
-    facts::create_matter(c, firm, matter, "Acme v. Globex").await.unwrap();
+async fn served_matter(
+    c: &mut AsyncPgConnection,
+    pool: &briefrail::db::Pool,
+    firm: Uuid,
+    matter: Uuid,
+) {
+    facts::create_matter(c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
     let created = last_event(c, matter).await;
-    let applied = inbox::apply(c, BRIEF_RAIL, &created.envelope()).await.unwrap();
+    let applied = inbox::apply(c, BRIEF_RAIL, &created.envelope())
+        .await
+        .unwrap();
     assert!(matches!(applied, Applied::Demand { .. }), "{applied:?}");
     let claim = t::claim(c, &nudged(firm, matter, Duration::from_secs(600)))
         .await
         .unwrap()
         .expect("the matter is free");
-    let landed = t::commit(pool, &claim, NODE, &Frame::new(json!({"token": claim.token})))
-        .await
-        .unwrap();
+    let landed = t::commit(
+        pool,
+        &claim,
+        NODE,
+        &Frame::new(json!({"token": claim.token})),
+    )
+    .await
+    .unwrap();
     assert_eq!(landed, Landed::Idle);
 }
 
-async fn add_document(c: &mut AsyncPgConnection, firm: Uuid, matter: Uuid) -> briefrail::ledger::models::OutboxRow {
+/// A live matter with one recorded demand, claimed (as a nudge claims) with `lease`.
+async fn demanded_claim(
+    c: &mut AsyncPgConnection,
+    firm: Uuid,
+    matter: Uuid,
+    lease: Duration,
+) -> Claim {
+    facts::create_matter(c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    t::demand(c, firm, matter).await.unwrap();
+    t::claim(c, &nudged(firm, matter, lease))
+        .await
+        .unwrap()
+        .expect("the matter is free and unserved")
+}
+
+async fn add_document(
+    c: &mut AsyncPgConnection,
+    firm: Uuid,
+    matter: Uuid,
+) -> briefrail::ledger::models::OutboxRow {
     facts::add_document(
         c,
         facts::NewDocument {
@@ -102,25 +140,38 @@ async fn a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brie
         let before_other = reads::job(&mut c, firm, other).await.unwrap().unwrap();
         let refused = inbox::apply(&mut c, BRIEF_RAIL, &forged).await;
         assert!(
-            !matches!(refused, Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate)),
+            !matches!(
+                refused,
+                Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate)
+            ),
             "forged {forge}: the forgery was believed: {refused:?}"
         );
         let after_other = reads::job(&mut c, firm, other).await.unwrap().unwrap();
-        assert_eq!(before_other, after_other, "forged {forge}: another matter's row changed");
+        assert_eq!(
+            before_other, after_other,
+            "forged {forge}: another matter's row changed"
+        );
 
-        let genuine = inbox::apply(&mut c, BRIEF_RAIL, &real.envelope()).await.unwrap();
+        let genuine = inbox::apply(&mut c, BRIEF_RAIL, &real.envelope())
+            .await
+            .unwrap();
         assert!(
             matches!(genuine, Applied::Demand { .. }),
             "forged {forge}: the real nudge after the forgery was {genuine:?}"
         );
         let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
-        assert!(job.unserved(), "forged {forge}: the document is owed to the Brief: {job:?}");
+        assert!(
+            job.unserved(),
+            "forged {forge}: the document is owed to the Brief: {job:?}"
+        );
         // Serve it, so the next round starts from a landed row again.
         let claim = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(600)))
             .await
             .unwrap()
             .expect("claimable");
-        t::commit(&db.pool, &claim, NODE, &Frame::new(json!({}))).await.unwrap();
+        t::commit(&db.pool, &claim, NODE, &Frame::new(json!({})))
+            .await
+            .unwrap();
     }
 
     // An id the ledger never recorded is refused too, and leaves no inbox row.
@@ -128,10 +179,17 @@ async fn a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brie
     unknown.event_id = Uuid::new_v4();
     let r = inbox::apply(&mut c, BRIEF_RAIL, &unknown).await;
     assert!(
-        !matches!(r, Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate)),
+        !matches!(
+            r,
+            Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate)
+        ),
         "an unknown event id was believed: {r:?}"
     );
-    assert!(!inbox::consumed(&mut c, BRIEF_RAIL, unknown.event_id).await.unwrap());
+    assert!(
+        !inbox::consumed(&mut c, BRIEF_RAIL, unknown.event_id)
+            .await
+            .unwrap()
+    );
 }
 
 /// Defect 3: a restore (or a failover to an asynchronous replica) loses a claim's
@@ -163,7 +221,10 @@ async fn a_token_number_handed_out_twice_still_fences_the_old_holder() {
         .await
         .unwrap()
         .expect("claimable again");
-    assert_eq!(successor.token, zombie.token, "the same number is handed out twice");
+    assert_eq!(
+        successor.token, zombie.token,
+        "the same number is handed out twice"
+    );
     assert_ne!(successor.run_id, zombie.run_id);
 
     let policy = RetryPolicy {
@@ -172,22 +233,45 @@ async fn a_token_number_handed_out_twice_still_fences_the_old_holder() {
         backoff_max: Duration::from_secs(10),
     };
     let hb = t::heartbeat(&mut c, &zombie).await;
-    assert!(matches!(hb, Err(briefrail::Error::Fenced { .. })), "heartbeat: {hb:?}");
-    let committed = t::commit(&db.pool, &zombie, NODE, &Frame::new(json!({"zombie": true}))).await;
+    assert!(
+        matches!(hb, Err(briefrail::Error::Fenced { .. })),
+        "heartbeat: {hb:?}"
+    );
+    let committed = t::commit(
+        &db.pool,
+        &zombie,
+        NODE,
+        &Frame::new(json!({"zombie": true})),
+    )
+    .await;
     assert!(
         matches!(committed, Err(briefrail::Error::Fenced { .. })),
         "the old holder's commit landed: {committed:?}"
     );
     let failed = t::fail(&mut c, &zombie, "zombie", false, &policy).await;
-    assert!(matches!(failed, Err(briefrail::Error::Fenced { .. })), "fail: {failed:?}");
+    assert!(
+        matches!(failed, Err(briefrail::Error::Fenced { .. })),
+        "fail: {failed:?}"
+    );
     let released = t::release(&mut c, &zombie, "zombie").await;
-    assert!(matches!(released, Err(briefrail::Error::Fenced { .. })), "release: {released:?}");
+    assert!(
+        matches!(released, Err(briefrail::Error::Fenced { .. })),
+        "release: {released:?}"
+    );
     // The successor is untouched and lands.
     t::heartbeat(&mut c, &successor).await.unwrap();
-    t::commit(&db.pool, &successor, NODE, &Frame::new(json!({"successor": true})))
+    t::commit(
+        &db.pool,
+        &successor,
+        NODE,
+        &Frame::new(json!({"successor": true})),
+    )
+    .await
+    .unwrap();
+    let frame = reads::latest_frame(&mut c, firm, matter)
         .await
+        .unwrap()
         .unwrap();
-    let frame = reads::latest_frame(&mut c, firm, matter).await.unwrap().unwrap();
     assert_eq!(frame.run_id, successor.run_id);
     assert_eq!(frame.body, json!({"successor": true}));
 }
@@ -211,12 +295,7 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
     let db = TestDb::new(4).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex").await.unwrap();
-    t::demand(&mut c, firm, matter).await.unwrap();
-    let claim = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(600)))
-        .await
-        .unwrap()
-        .unwrap();
+    let claim = demanded_claim(&mut c, firm, matter, Duration::from_secs(600)).await;
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
     let env = BuildEnv {
         pool: db.pool.clone(),
@@ -237,10 +316,16 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
     let run = reads::run(&mut c, claim.run_id).await.unwrap().unwrap();
     assert_eq!(run.outcome, "failed");
     let error = run.error.unwrap_or_default();
-    assert!(error.contains("22P05"), "the run names the SQLSTATE: {error}");
+    assert!(
+        error.contains("22P05"),
+        "the run names the SQLSTATE: {error}"
+    );
     let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
     assert_eq!(job.run_status, "failed");
-    assert!(job.consecutive_failures >= 1 && job.not_before.is_some(), "{job:?}");
+    assert!(
+        job.consecutive_failures >= 1 && job.not_before.is_some(),
+        "{job:?}"
+    );
 }
 
 /// Defect 5: the lease is the claimer's, written on the row; another node's shorter
@@ -250,36 +335,42 @@ async fn a_shorter_lease_on_another_node_does_not_expire_a_healthy_build() {
     let db = TestDb::new(4).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex").await.unwrap();
-    t::demand(&mut c, firm, matter).await.unwrap();
-    let long = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(120)))
-        .await
-        .unwrap()
-        .unwrap();
+    let long = demanded_claim(&mut c, firm, matter, Duration::from_secs(120)).await;
     // The short-lease node looks after more than its own lease has passed.
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let swept = t::sweep(&mut c, 100).await.unwrap();
-    assert!(swept.is_empty(), "the other node's lease expired a healthy build: {swept:?}");
+    assert!(
+        swept.is_empty(),
+        "the other node's lease expired a healthy build: {swept:?}"
+    );
     t::demand(&mut c, firm, matter).await.unwrap();
-    let stolen = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(1))).await.unwrap();
-    assert!(stolen.is_none(), "the other node's lease let it take the matter: {stolen:?}");
-    t::commit(&db.pool, &long, NODE, &Frame::new(json!({}))).await.unwrap();
+    let stolen = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert!(
+        stolen.is_none(),
+        "the other node's lease let it take the matter: {stolen:?}"
+    );
+    t::commit(&db.pool, &long, NODE, &Frame::new(json!({})))
+        .await
+        .unwrap();
 
     // The other way round: a claim with a 1 s lease is swept once its own deadline passed,
     // whatever the sweeping node's setting; its renewals keep their own length.
     let short_matter = Uuid::new_v4();
-    facts::create_matter(&mut c, firm, short_matter, "Short v. Lease").await.unwrap();
-    t::demand(&mut c, firm, short_matter).await.unwrap();
-    let short = t::claim(&mut c, &nudged(firm, short_matter, Duration::from_secs(1)))
+    let short = demanded_claim(&mut c, firm, short_matter, Duration::from_secs(1)).await;
+    t::heartbeat(&mut c, &short).await.unwrap();
+    let row = reads::job(&mut c, firm, short_matter)
         .await
         .unwrap()
         .unwrap();
-    t::heartbeat(&mut c, &short).await.unwrap();
-    let row = reads::job(&mut c, firm, short_matter).await.unwrap().unwrap();
     assert_eq!(row.lease_seconds, Some(1.0));
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let swept = t::sweep(&mut c, 100).await.unwrap();
-    assert!(swept.iter().any(|(m, _)| m.matter_id == short_matter), "{swept:?}");
+    assert!(
+        swept.iter().any(|(m, _)| m.matter_id == short_matter),
+        "{swept:?}"
+    );
 }
 
 /// Defect 9: a follow-up claimed in the commit starts its lease when the commit ends, not
@@ -289,22 +380,24 @@ async fn a_follow_up_lease_starts_when_the_commit_ends() {
     let db = TestDb::new(4).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex").await.unwrap();
-    t::demand(&mut c, firm, matter).await.unwrap();
-    let claim = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(600)))
-        .await
-        .unwrap()
-        .unwrap();
+    let claim = demanded_claim(&mut c, firm, matter, Duration::from_secs(600)).await;
     t::demand(&mut c, firm, matter).await.unwrap(); // mid-build: a follow-up is due
     let slow: t::ExtraWrites = Box::new(|conn, _| {
         Box::pin(async move {
-            diesel::sql_query("SELECT pg_sleep(1.5)").execute(conn).await?;
+            diesel::sql_query("SELECT pg_sleep(1.5)")
+                .execute(conn)
+                .await?;
             Ok(())
         })
     });
-    let landed = t::commit(&db.pool, &claim, NODE, &Frame::new(json!({})).with_extra(slow))
-        .await
-        .unwrap();
+    let landed = t::commit(
+        &db.pool,
+        &claim,
+        NODE,
+        &Frame::new(json!({})).with_extra(slow),
+    )
+    .await
+    .unwrap();
     assert!(matches!(landed, Landed::FollowUp(_)), "{landed:?}");
     #[derive(diesel::QueryableByName)]
     struct Age {
@@ -318,7 +411,11 @@ async fn a_follow_up_lease_starts_when_the_commit_ends() {
     .get_result(&mut c)
     .await
     .unwrap();
-    assert!(age.age < 0.5, "the follow-up's lease began {:.2}s before the commit ended", age.age);
+    assert!(
+        age.age < 0.5,
+        "the follow-up's lease began {:.2}s before the commit ended",
+        age.age
+    );
 }
 
 /// Defect 6 (the ledger's half): an archived matter is not rebuilt, whoever nudges it.
@@ -332,9 +429,17 @@ async fn an_archived_matter_is_neither_reconciled_nor_claimed() {
     t::demand(&mut c, firm, matter).await.unwrap();
     facts::archive_matter(&mut c, firm, matter).await.unwrap();
     let unserved = t::unserved(&mut c, 5, 100, Duration::ZERO).await.unwrap();
-    assert!(unserved.iter().all(|m| m.matter_id != matter), "reconcile nudges an archived matter");
-    let claimed = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(60))).await.unwrap();
-    assert!(claimed.is_none(), "an archived matter was claimed: {claimed:?}");
+    assert!(
+        unserved.iter().all(|m| m.matter_id != matter),
+        "reconcile nudges an archived matter"
+    );
+    let claimed = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(
+        claimed.is_none(),
+        "an archived matter was claimed: {claimed:?}"
+    );
 }
 
 /// Defect 8: failed publishes and reconcile's republications are separate counters, and
@@ -344,13 +449,19 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
     let db = TestDb::new(4).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex").await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
     let ev = last_event(&mut c, matter).await;
     // Unroutable for a long while: many failed publishes. Then published, and lost.
     for _ in 0..60 {
-        outbox::mark_failed(&mut c, &[ev.event_id], "returned unroutable").await.unwrap();
+        outbox::mark_failed(&mut c, &[ev.event_id], "returned unroutable")
+            .await
+            .unwrap();
     }
-    outbox::mark_published(&mut c, &[ev.event_id]).await.unwrap();
+    outbox::mark_published(&mut c, &[ev.event_id])
+        .await
+        .unwrap();
     let backdate = |secs: u32| {
         format!(
             "UPDATE ops.domain_event_outbox SET published_at = now() - interval '{secs} seconds'
@@ -365,21 +476,38 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         cap: outbox::REPUBLISH_CAP,
     };
     let ids = |v: Vec<outbox::Requeued>| v.into_iter().map(|r| r.event_id).collect::<Vec<_>>();
-    let first = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
-    assert_eq!(first, vec![ev.event_id], "a lost event is republished after failed publishes");
+    let first = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
+        .await
+        .unwrap());
+    assert_eq!(
+        first,
+        vec![ev.event_id],
+        "a lost event is republished after failed publishes"
+    );
     // Published again and still not consumed (a slow consumer): the next republication waits
     // twice as long.
-    outbox::mark_published(&mut c, &[ev.event_id]).await.unwrap();
+    outbox::mark_published(&mut c, &[ev.event_id])
+        .await
+        .unwrap();
     c.batch_execute(&backdate(90)).await.unwrap();
-    let second = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
-    assert!(second.is_empty(), "republished again after only one interval");
+    let second = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
+        .await
+        .unwrap());
+    assert!(
+        second.is_empty(),
+        "republished again after only one interval"
+    );
     c.batch_execute(&backdate(130)).await.unwrap();
-    let third = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100).await.unwrap());
+    let third = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
+        .await
+        .unwrap());
     assert_eq!(third, vec![ev.event_id]);
 
     // At the cap it is left alone, and it is an alert, not silence.
     assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 0);
-    outbox::mark_published(&mut c, &[ev.event_id]).await.unwrap();
+    outbox::mark_published(&mut c, &[ev.event_id])
+        .await
+        .unwrap();
     c.batch_execute(&format!(
         "UPDATE ops.domain_event_outbox SET republish_count = {}, published_at = now() - interval '30 days'
           WHERE event_id = '{}'",
@@ -391,7 +519,10 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
     let capped = outbox::requeue_unconsumed(
         &mut c,
         BRIEF_RAIL,
-        &outbox::Republish { window: Duration::from_secs(365 * 86400), ..policy },
+        &outbox::Republish {
+            window: Duration::from_secs(365 * 86400),
+            ..policy
+        },
         100,
     )
     .await
@@ -399,7 +530,9 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
     assert!(capped.is_empty(), "republished past the cap: {capped:?}");
     assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 1);
     // Once consumed, it is no longer stranded.
-    let applied = inbox::apply(&mut c, BRIEF_RAIL, &ev.envelope()).await.unwrap();
+    let applied = inbox::apply(&mut c, BRIEF_RAIL, &ev.envelope())
+        .await
+        .unwrap();
     assert!(matches!(applied, Applied::Demand { .. }), "{applied:?}");
     assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 0);
 }
@@ -411,7 +544,9 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
     use common::cluster::PrivateCluster;
     let old = PrivateCluster::start("old");
     let old_url = old.url("briefrail");
-    briefrail::db::admin::create_database_if_missing(&old_url).await.unwrap();
+    briefrail::db::admin::create_database_if_missing(&old_url)
+        .await
+        .unwrap();
     briefrail::db::migrate::run_pending(&old_url).await.unwrap();
     let pool = briefrail::db::connect(&briefrail::db::PoolOptions::new(old_url.clone()).size(2))
         .await
@@ -425,7 +560,9 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
     .await
     .unwrap();
     c.batch_execute("CALL pg_temp_burn(30000)").await.unwrap();
-    c.batch_execute("DROP PROCEDURE pg_temp_burn(int)").await.unwrap();
+    c.batch_execute("DROP PROCEDURE pg_temp_burn(int)")
+        .await
+        .unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     served_matter(&mut c, &pool, firm, matter).await;
     drop(c);
@@ -434,14 +571,38 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
     let dump = old.dir().join("ledger.dump");
     old.client(
         "pg_dump",
-        &["-h", "127.0.0.1", "-p", &old.port.to_string(), "-U", "postgres", "-Fc", "-f", dump.to_str().unwrap(), "briefrail"],
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &old.port.to_string(),
+            "-U",
+            "postgres",
+            "-Fc",
+            "-f",
+            dump.to_str().unwrap(),
+            "briefrail",
+        ],
     );
     let new = PrivateCluster::start("new");
     let new_url = new.url("briefrail");
-    briefrail::db::admin::create_database_if_missing(&new_url).await.unwrap();
+    briefrail::db::admin::create_database_if_missing(&new_url)
+        .await
+        .unwrap();
     new.client(
         "pg_restore",
-        &["-h", "127.0.0.1", "-p", &new.port.to_string(), "-U", "postgres", "-d", "briefrail", "--no-owner", dump.to_str().unwrap()],
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &new.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "briefrail",
+            "--no-owner",
+            dump.to_str().unwrap(),
+        ],
     );
     drop(old);
 
@@ -450,7 +611,9 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
         .unwrap();
     let mut c = pool.get().await.unwrap();
     let row = add_document(&mut c, firm, matter).await;
-    let applied = inbox::apply(&mut c, BRIEF_RAIL, &row.envelope()).await.unwrap();
+    let applied = inbox::apply(&mut c, BRIEF_RAIL, &row.envelope())
+        .await
+        .unwrap();
     assert!(
         matches!(applied, Applied::Demand { .. }),
         "a fact of the new cluster was judged by the old cluster's snapshot: {applied:?}"
@@ -462,6 +625,14 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
         .await
         .unwrap()
         .expect("claimable on the new cluster");
-    t::commit(&pool, &claim, NODE, &Frame::new(json!({}))).await.unwrap();
-    assert!(!reads::job(&mut c, firm, matter).await.unwrap().unwrap().unserved());
+    t::commit(&pool, &claim, NODE, &Frame::new(json!({})))
+        .await
+        .unwrap();
+    assert!(
+        !reads::job(&mut c, firm, matter)
+            .await
+            .unwrap()
+            .unwrap()
+            .unserved()
+    );
 }

@@ -103,8 +103,12 @@ async fn raw_cycles(url: &str, conns: usize, matters: &[(Uuid, Uuid)], rounds: u
         handles.push(tokio::spawn(async move {
             let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
             tokio::spawn(conn);
-            let claim = client.prepare("SELECT ops.claim($1, $2, 60, $3, 'raw', NULL, '{}', false, 5)").await?;
-            let cas = client.prepare("SELECT ops.commit_claim($1, $2, $3, $4, $5, 'raw')").await?;
+            let claim = client
+                .prepare("SELECT ops.claim($1, $2, 60, $3, 'raw', NULL, '{}', false, 5)")
+                .await?;
+            let cas = client
+                .prepare("SELECT ops.commit_claim($1, $2, $3, $4, $5, 'raw')")
+                .await?;
             let frame = client
                 .prepare("SELECT ops.insert_frame($1, $2, $3, $4, '{}')")
                 .await?;
@@ -115,8 +119,14 @@ async fn raw_cycles(url: &str, conns: usize, matters: &[(Uuid, Uuid)], rounds: u
                     let token: Option<i64> = client.query_one(&claim, &[f, m, &run]).await?.get(0);
                     let Some(token) = token else { continue };
                     client.batch_execute("BEGIN").await?;
-                    let _: Option<i64> = client.query_one(&cas, &[f, m, &token, &run, &Uuid::new_v4()]).await?.get(0);
-                    let _: Option<String> = client.query_one(&frame, &[f, m, &token, &run]).await?.get(0);
+                    let _: Option<i64> = client
+                        .query_one(&cas, &[f, m, &token, &run, &Uuid::new_v4()])
+                        .await?
+                        .get(0);
+                    let _: Option<String> = client
+                        .query_one(&frame, &[f, m, &token, &run])
+                        .await?
+                        .get(0);
                     client.batch_execute("COMMIT").await?;
                     n += 1;
                 }

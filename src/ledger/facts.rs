@@ -190,7 +190,11 @@ pub async fn matter(
 
 /// Whether the record says the matter is archived (the ledger's claim and reconcile ask the
 /// same question in SQL, `ops.is_archived`).
-pub async fn is_archived(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<bool> {
+pub async fn is_archived(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+) -> Result<bool> {
     use record::matters::dsl as m;
     Ok(diesel::select(diesel::dsl::exists(
         m::matters.filter(

@@ -60,7 +60,10 @@ pub struct Fact {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     /// The demand was recorded; nudge the matter of this (ledger) fact.
-    Demand { requested_generation: i64, fact: Fact },
+    Demand {
+        requested_generation: i64,
+        fact: Fact,
+    },
     /// Already consumed: no second effect.
     Duplicate,
     /// Consumed, but a gate said no (archived matter, unknown matter or firm).
@@ -84,16 +87,28 @@ pub fn hears(event_name: &str) -> bool {
 fn disagreement(wire: &EventEnvelope, row: &OutboxRow) -> Option<String> {
     let mut diffs = Vec::new();
     if wire.event_name != row.event_name {
-        diffs.push(format!("event_name (message {:?}, ledger {:?})", wire.event_name, row.event_name));
+        diffs.push(format!(
+            "event_name (message {:?}, ledger {:?})",
+            wire.event_name, row.event_name
+        ));
     }
     if wire.firm_id != row.firm_id {
-        diffs.push(format!("firm_id (message {}, ledger {})", wire.firm_id, row.firm_id));
+        diffs.push(format!(
+            "firm_id (message {}, ledger {})",
+            wire.firm_id, row.firm_id
+        ));
     }
     if wire.matter_id != row.matter_id {
-        diffs.push(format!("matter_id (message {}, ledger {})", wire.matter_id, row.matter_id));
+        diffs.push(format!(
+            "matter_id (message {}, ledger {})",
+            wire.matter_id, row.matter_id
+        ));
     }
     if wire.occurred_at.timestamp_micros() != row.created_at.timestamp_micros() {
-        diffs.push(format!("occurred_at (message {}, ledger {})", wire.occurred_at, row.created_at));
+        diffs.push(format!(
+            "occurred_at (message {}, ledger {})",
+            wire.occurred_at, row.created_at
+        ));
     }
     if wire.xact_id.is_some_and(|x| x != row.xact_id) {
         diffs.push("xact_id".to_owned());
@@ -162,14 +177,21 @@ pub async fn apply_row(
     }
     use record::matters::dsl as m;
     let archived: Option<Option<chrono::DateTime<chrono::Utc>>> = m::matters
-        .filter(m::firm_id.eq(row.firm_id).and(m::matter_id.eq(row.matter_id)))
+        .filter(
+            m::firm_id
+                .eq(row.firm_id)
+                .and(m::matter_id.eq(row.matter_id)),
+        )
         .select(m::archived_at)
         .first(tx)
         .await
         .optional()?;
     match archived {
         Some(Some(_)) => {
-            return Ok(Applied::Gated(format!("matter {} is archived", row.matter_id)));
+            return Ok(Applied::Gated(format!(
+                "matter {} is archived",
+                row.matter_id
+            )));
         }
         Some(None) => {}
         None => {

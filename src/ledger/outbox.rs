@@ -271,7 +271,10 @@ pub async fn requeue_unconsumed(
 }
 
 /// The outbox row of `event_id`, if the ledger recorded it: what a nudge is checked against.
-pub async fn event(conn: &mut AsyncPgConnection, event_id: Uuid) -> Result<Option<super::models::OutboxRow>> {
+pub async fn event(
+    conn: &mut AsyncPgConnection,
+    event_id: Uuid,
+) -> Result<Option<super::models::OutboxRow>> {
     use ops::domain_event_outbox::dsl as o;
     Ok(o::domain_event_outbox
         .filter(o::event_id.eq(event_id))

@@ -347,7 +347,11 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) ->
                 return Err(fenced(&c));
             };
             let refused: Option<String> = diesel::select(sql::insert_frame(
-                c.firm_id, c.matter_id, c.token, c.run_id, &body,
+                c.firm_id,
+                c.matter_id,
+                c.token,
+                c.run_id,
+                &body,
             ))
             .get_result(tx)
             .await?;
@@ -376,7 +380,12 @@ pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) ->
             record_fenced(&mut conn, c.run_id, &why).await?;
             Err(fenced(&c))
         }
-        Err(e) if std::sync::atomic::AtomicBool::load(&reached_commit, std::sync::atomic::Ordering::SeqCst) => {
+        Err(e)
+            if std::sync::atomic::AtomicBool::load(
+                &reached_commit,
+                std::sync::atomic::Ordering::SeqCst,
+            ) =>
+        {
             drop(conn);
             // The error came from COMMIT itself: read what the ledger holds, on a fresh
             // connection (the one that failed may be gone).
@@ -549,13 +558,5 @@ fn fenced(c: &Claim) -> Error {
 
 /// Run errors are for operators; a runaway stderr must not bloat the ledger.
 fn bounded(s: &str) -> &str {
-    const MAX: usize = 4000;
-    if s.len() <= MAX {
-        return s;
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    crate::error::clip(s, 4000)
 }

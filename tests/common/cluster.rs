@@ -84,7 +84,16 @@ impl PrivateCluster {
         let data = dir.join("data");
         run_pg(
             &bindir.join("initdb"),
-            &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
         );
         let port = free_port();
         let opts = format!(
@@ -93,7 +102,16 @@ impl PrivateCluster {
         );
         run_pg(
             &bindir.join("pg_ctl"),
-            &["-D", data.to_str().unwrap(), "-o", &opts, "-l", dir.join("log").to_str().unwrap(), "-w", "start"],
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-l",
+                dir.join("log").to_str().unwrap(),
+                "-w",
+                "start",
+            ],
         );
         Self { dir, port, bindir }
     }
@@ -117,13 +135,20 @@ impl Drop for PrivateCluster {
         let data = self.dir.join("data");
         let mut cmd = if is_root() {
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(self.bindir.join("pg_ctl"));
+            c.args(["-u", "postgres", "--"])
+                .arg(self.bindir.join("pg_ctl"));
             c
         } else {
             Command::new(self.bindir.join("pg_ctl"))
         };
         let _ = cmd
-            .args(["-D", data.to_str().unwrap_or_default(), "-m", "immediate", "stop"])
+            .args([
+                "-D",
+                data.to_str().unwrap_or_default(),
+                "-m",
+                "immediate",
+                "stop",
+            ])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -193,7 +193,8 @@ pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
         }
     }
     for (id, error) in &outcome.failed {
-        let error = bounded(error);
+        // A broker's reply can be long (and carry raw bytes): one log line stays one line.
+        let error = crate::error::clip(error, 300);
         tracing::warn!(event_id = %id, error, "publish failed; will retry with backoff");
         outbox::mark_failed(&mut c, &[*id], error).await?;
     }
@@ -275,19 +276,6 @@ pub async fn reconcile(opts: &AmqpOptions) -> Result<usize> {
         }
     }
     Ok(requeued.len())
-}
-
-/// A broker's reply text can be long (and carry raw bytes): one log line stays one line.
-fn bounded(s: &str) -> &str {
-    const MAX: usize = 300;
-    if s.len() <= MAX {
-        return s;
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 impl Handler<crate::actors::node::StopActor> for Relay {
