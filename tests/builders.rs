@@ -217,17 +217,94 @@ async fn a_timed_out_command_build_is_failed_and_its_child_killed() {
     assert_eq!(run.outcome, "failed");
     assert!(run.error.unwrap().contains("timed out"));
     let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
-    let alive = eventually(Duration::from_secs(5), "the child to be gone", || async {
-        let alive = std::process::Command::new("kill")
-            .args(["-0", &pid])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        (!alive).then_some(())
+    child_gone(&pid).await;
+    std::fs::remove_file(pidfile).ok();
+}
+
+/// Whether process `pid` still runs (a zombie awaiting its reaper counts as gone).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            // The state follows the command name in parentheses: `pid (comm) S ...`.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// Fails the test unless process `pid` is gone within five seconds.
+async fn child_gone(pid: &str) {
+    eventually(Duration::from_secs(5), "the child to be gone", || async {
+        (!running(pid)).then_some(())
     })
     .await;
-    assert_eq!(alive, ());
+}
+
+#[actix_rt::test]
+async fn a_fenced_command_build_has_its_child_killed() {
+    let db = TestDb::new(8).await.unwrap();
+    let pidfile = std::env::temp_dir().join(format!("briefrail-child-{}", Uuid::new_v4().simple()));
+    let script = format!(
+        "cat >/dev/null; echo $$ > {}; exec sleep 30",
+        pidfile.display()
+    );
+    let (firm, matter) = matter_with_documents(&db).await;
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.trigger.debounce_ms = 10;
+    s.lease.seconds = 30.0;
+    s.lease.heartbeat_seconds = Some(0.2);
+    let node = Node::start(Arc::new(s), db.pool.clone(), {
+        let mut o = NodeOptions::new(sh(&script));
+        o.sweeper = false;
+        o
+    });
+    let mut c = db.pool.get().await.unwrap();
+    t::demand(&mut c, firm, matter).await.unwrap();
+    node.nudge(Nudge::matter(firm, matter));
+    let pid = eventually(Duration::from_secs(20), "the child to start", || async {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+    })
+    .await;
+    assert!(running(&pid), "the child runs while the build does");
+    // Another claim takes the matter over (its lease ran out, as far as the row says).
+    diesel_async::SimpleAsyncConnection::batch_execute(
+        &mut c,
+        &format!("UPDATE ops.matter_frame_jobs SET lease_expires_at = now() - interval '1 ms' WHERE matter_id = '{matter}'"),
+    )
+    .await
+    .unwrap();
+    let successor = t::claim(
+        &mut c,
+        &t::ClaimRequest {
+            firm_id: firm,
+            matter_id: matter,
+            lease: Duration::from_secs(60),
+            node_id: "successor".into(),
+            trace_id: None,
+            event_ids: vec![],
+            demand_recorded: false,
+            max_attempts: 5,
+        },
+    )
+    .await
+    .unwrap()
+    .expect("the expired claim is taken over");
+    // The build's next heartbeat finds its claim stale: the build is dropped, the child killed.
+    let fenced = eventually(Duration::from_secs(10), "the build fenced", || async {
+        let mut c = db.pool.get().await.unwrap();
+        reads::runs(&mut c, firm, matter, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.token < successor.token && r.outcome == "fenced")
+    })
+    .await;
+    assert!(fenced.error.unwrap_or_default().contains("heartbeat"));
+    child_gone(&pid).await;
     std::fs::remove_file(pidfile).ok();
 }
 

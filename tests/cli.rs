@@ -123,6 +123,24 @@ async fn an_operator_records_facts_and_reads_status() {
             "brief.requested"
         ]
     );
+    // A stranded event (republished to the cap, never consumed) is made publishable again.
+    diesel_async::SimpleAsyncConnection::batch_execute(
+        &mut c,
+        &format!(
+            "UPDATE ops.domain_event_outbox SET published_at = now(), republish_count = {}
+              WHERE event_name = 'matter.created'",
+            briefrail::ledger::outbox::REPUBLISH_CAP
+        ),
+    )
+    .await
+    .unwrap();
+    let text = ok(&briefrail(&db.url, &["outbox", "republish-stranded"]));
+    assert!(
+        text.contains("1 stranded event(s) made publishable again"),
+        "{text}"
+    );
+    let text = ok(&briefrail(&db.url, &["outbox", "republish-stranded"]));
+    assert!(text.contains("0 stranded event(s)"), "{text}");
     std::fs::remove_file(file).ok();
 }
 

@@ -159,16 +159,17 @@ async fn a_zombie_commit_is_fenced_after_the_sweep() {
         zombie.token + 1,
         "the sweep's reclaim hands out n+1"
     );
-    assert_eq!(
-        commit(&db, &successor).await.expect("successor lands"),
-        Landed::Idle
-    );
 
-    // The zombie wakes and writes: refused at the ledger.
+    // The zombie wakes and writes while the successor's claim runs (the row is `running`
+    // again, so only the claim's identity can refuse it): refused at the ledger.
     let err = commit(&db, &zombie).await.expect_err("stale token");
     assert!(
         matches!(err, Error::Fenced { token, .. } if token == zombie.token),
         "{err}"
+    );
+    assert_eq!(
+        commit(&db, &successor).await.expect("successor lands"),
+        Landed::Idle
     );
     assert!(
         reads::frame_meta(&mut c, firm, matter, zombie.token)
@@ -360,6 +361,11 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
     eprintln!(
         "{rounds} rounds: the demand won after the commit {won_after} times, was recorded during it {recorded_during} times"
     );
+    // The race it is named for happened both ways (else it proved nothing about the window).
+    assert!(
+        won_after > 0 && recorded_during > 0,
+        "the race did not happen both ways: won after {won_after}, recorded during {recorded_during}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -470,7 +476,32 @@ async fn at_most_one_frame_per_token() {
         "a second commit with the same token"
     );
     let mut c = db.pool.get().await.unwrap();
+    // Defeat the compare-and-swap (the row running again with the very same claim, as a bug in
+    // the CAS or a lost update would leave it): only the frames' key can refuse a second frame.
+    c.batch_execute(&format!(
+        "UPDATE ops.matter_frame_jobs SET run_status = 'running', lease_expires_at = now() + interval '1 hour'
+          WHERE firm_id = '{firm}' AND matter_id = '{matter}'"
+    ))
+    .await
+    .unwrap();
+    let again = commit(&db, &claim).await;
+    assert!(
+        matches!(
+            &again,
+            Err(Error::Database(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _
+            )))
+        ),
+        "a second frame for one token is refused by the key: {again:?}"
+    );
     assert_eq!(reads::frames(&mut c, firm, matter).await.unwrap().len(), 1);
+    c.batch_execute(&format!(
+        "UPDATE ops.matter_frame_jobs SET run_status = 'idle'
+          WHERE firm_id = '{firm}' AND matter_id = '{matter}'"
+    ))
+    .await
+    .unwrap();
     let settled = t::settle(&mut c, &claim, Uuid::new_v4()).await.unwrap();
     assert_eq!(
         settled,
@@ -511,14 +542,7 @@ async fn extra_writes_land_only_with_a_current_token() {
     expire_leases(&mut c).await;
     t::sweep(&mut c, 10).await.unwrap();
     let current = won(&db, firm, matter).await;
-    t::commit(
-        &db.pool,
-        &current,
-        NODE,
-        &Frame::new(json!({})).with_extra(extra(())),
-    )
-    .await
-    .expect("lands");
+    // The zombie writes while the current claim runs: its extra write must not land.
     let err = t::commit(
         &db.pool,
         &zombie,
@@ -528,6 +552,14 @@ async fn extra_writes_land_only_with_a_current_token() {
     .await
     .unwrap_err();
     assert!(err.is_fenced());
+    t::commit(
+        &db.pool,
+        &current,
+        NODE,
+        &Frame::new(json!({})).with_extra(extra(())),
+    )
+    .await
+    .expect("lands");
 
     #[derive(diesel::QueryableByName)]
     struct Tok {
@@ -950,16 +982,21 @@ async fn job_rows_cannot_be_deleted_so_tokens_never_restart() {
     let first = won(&db, firm, matter).await;
     commit(&db, &first).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
-    assert!(
-        c.batch_execute("DELETE FROM ops.matter_frame_jobs")
-            .await
-            .is_err()
-    );
-    assert!(
-        c.batch_execute("TRUNCATE ops.matter_frame_jobs CASCADE")
-            .await
-            .is_err()
-    );
+    // A row nothing references (no run, no frame), so no foreign key can be what refuses.
+    let bare = Uuid::new_v4();
+    t::demand(&mut c, firm, bare).await.unwrap();
+    for sql in [
+        format!("DELETE FROM ops.matter_frame_jobs WHERE matter_id = '{bare}'"),
+        "DELETE FROM ops.matter_frame_jobs".to_owned(),
+        "TRUNCATE ops.matter_frame_jobs CASCADE".to_owned(),
+    ] {
+        let err = c.batch_execute(&sql).await.expect_err(&sql).to_string();
+        assert!(
+            err.contains("never deleted"),
+            "{sql}: refused by the no-delete trigger, not by something else: {err}"
+        );
+    }
+    assert!(reads::job(&mut c, firm, bare).await.unwrap().is_some());
     let second = won(&db, firm, matter).await;
     assert!(second.token > first.token);
 }

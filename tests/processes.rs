@@ -97,11 +97,13 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
     let stopped = nodes.iter().position(|n| n.id == held.node_id).unwrap();
     nodes[stopped].signal("-STOP");
 
-    let successor = run_where(&db, firm, matter, 30, "another node to land n+1", |r| {
-        r.token > held.token && r.outcome == "landed"
+    // Another node takes the matter over; the stopped node resumes while that build still
+    // runs (the row is `running` again, so only the claim's identity can refuse it).
+    let taking_over = run_where(&db, firm, matter, 30, "another node to claim n+1", |r| {
+        r.token > held.token && r.outcome == "running"
     })
     .await;
-    assert_ne!(successor.node_id, held.node_id);
+    assert_ne!(taking_over.node_id, held.node_id);
     nodes[stopped].signal("-CONT");
     let fenced = run_where(
         &db,
@@ -113,6 +115,11 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
     )
     .await;
     assert_eq!(fenced.token, held.token);
+    let successor = run_where(&db, firm, matter, 30, "another node to land n+1", |r| {
+        r.run_id == taking_over.run_id && r.outcome == "landed"
+    })
+    .await;
+    assert_ne!(successor.node_id, held.node_id);
     let mut c = db.pool.get().await.unwrap();
     assert!(
         reads::frame_meta(&mut c, firm, matter, held.token)

@@ -132,7 +132,10 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     let mut sb = settings(&db, "node-b");
     sb.lease.seconds = 0.05;
     sb.lease.heartbeat_seconds = Some(0.01);
-    let b = start(&db, sb, Gate::new(true, Duration::ZERO).0, false);
+    // B's build waits too, so A writes while B's claim runs (the row is `running` again: only
+    // the claim's identity can refuse A).
+    let (gate_b, open_b) = Gate::new(false, Duration::ZERO);
+    let b = start(&db, sb, gate_b, false);
 
     demand_and_nudge(&db, &a, firm, matter).await;
     let held = until_job(
@@ -149,17 +152,22 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
 
     let report = b.sweep_now().await.unwrap();
     assert_eq!(report.expired, 1, "B's sweeper expires A's claim");
-    let landed = until_job(&db, firm, matter, Duration::from_secs(10), "B lands", |j| {
-        j.landed_generation > token_a
-    })
+    let taken = until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(10),
+        "B's claim",
+        |j| j.claimed_generation > token_a && j.run_status == "running",
+    )
     .await;
     assert_eq!(
-        landed.landed_generation,
+        taken.claimed_generation,
         token_a + 1,
         "B reclaimed with n+1"
     );
 
-    // A wakes and writes: refused.
+    // A wakes and writes while B builds: refused.
     open_a.send(true).unwrap();
     let mut c = db.pool.get().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -176,6 +184,12 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(run_a.node_id, "node-a");
+    // Then B lands.
+    open_b.send(true).unwrap();
+    until_job(&db, firm, matter, Duration::from_secs(10), "B lands", |j| {
+        j.landed_generation == token_a + 1 && j.run_status == "idle"
+    })
+    .await;
     assert!(
         reads::frame_meta(&mut c, firm, matter, token_a)
             .await
@@ -283,11 +297,28 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
     s.node.id = "other".into();
     let other = start(&db, s, Gate::new(true, Duration::ZERO).0, true);
     demand_and_nudge(&db, &node, firm, matter).await;
+    // While the 2.5 s build runs, its run shows heartbeats (the commit's own heartbeat_at
+    // must not be what this sees): a second past its start, four times the heartbeat.
+    let mut c = db.pool.get().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
+        if let Some(r) = runs.iter().find(|r| r.outcome == "running") {
+            if r.heartbeat_at - r.started_at >= chrono::Duration::milliseconds(1000) {
+                break;
+            }
+        }
+        assert!(
+            !runs.iter().any(|r| r.outcome == "landed"),
+            "landed before a heartbeat was seen: {runs:#?}"
+        );
+        assert!(Instant::now() < deadline, "no heartbeat seen: {runs:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let j = until_job(&db, firm, matter, Duration::from_secs(15), "landed", |j| {
         j.landed_generation > 0 && j.run_status == "idle"
     })
     .await;
-    let mut c = db.pool.get().await.unwrap();
     let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
     assert!(
         runs.iter().all(|r| r.outcome == "landed"),

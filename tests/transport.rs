@@ -664,7 +664,11 @@ async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_th
     )
     .await;
     let reason = next_dead_letter_reason(&ch, &r.scope).await;
-    assert_eq!(get(&r.opts.metrics.nudges_refused), 1, "the refusal is counted");
+    assert_eq!(
+        get(&r.opts.metrics.nudges_refused),
+        1,
+        "the refusal is counted"
+    );
     assert!(
         reason.contains("matter_id"),
         "the reason names the field: {reason}"

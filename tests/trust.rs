@@ -529,12 +529,68 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
     .unwrap();
     assert!(capped.is_empty(), "republished past the cap: {capped:?}");
     assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 1);
-    // Once consumed, it is no longer stranded.
+    // The operator fixes the consumer and republishes: the alert clears, the fact is served.
+    assert_eq!(
+        outbox::republish_stranded(&mut c, BRIEF_RAIL, outbox::REPUBLISH_CAP)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 0);
+    let again = outbox::lock_unpublished(&mut c, 10).await.unwrap();
+    assert!(
+        again
+            .iter()
+            .any(|r| r.event_id == ev.event_id && r.republish_count == 0)
+    );
     let applied = inbox::apply(&mut c, BRIEF_RAIL, &ev.envelope())
         .await
         .unwrap();
     assert!(matches!(applied, Applied::Demand { .. }), "{applied:?}");
-    assert_eq!(reads::gauges(&mut c).await.unwrap().stranded_events, 0);
+}
+
+/// With a long `reconcile.after_seconds` the doubling waits would outgrow the reconcile window
+/// and an unconsumed event would age out of it, unreported, before reaching the cap. The wait
+/// is capped so every republication fits in the window.
+#[tokio::test]
+async fn a_long_reconcile_interval_still_reaches_the_cap_inside_the_window() {
+    let db = TestDb::new(4).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let ev = last_event(&mut c, matter).await;
+    let policy = outbox::Republish {
+        after: Duration::from_secs(3600),
+        window: Duration::from_secs(7 * 86400),
+        cap: outbox::REPUBLISH_CAP,
+    };
+    let longest = policy.longest_wait();
+    assert!(longest * (policy.cap as u32) < policy.window);
+    // Eight republications so far: the doubled wait (3600 s × 2^8, ten days) is past the window.
+    outbox::mark_published(&mut c, &[ev.event_id])
+        .await
+        .unwrap();
+    c.batch_execute(&format!(
+        "UPDATE ops.domain_event_outbox SET republish_count = 8,
+                published_at = now() - make_interval(secs => {})
+          WHERE event_id = '{}'",
+        longest.as_secs() + 5,
+        ev.event_id
+    ))
+    .await
+    .unwrap();
+    let requeued = outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        requeued
+            .iter()
+            .map(|r| (r.event_id, r.republish_count))
+            .collect::<Vec<_>>(),
+        vec![(ev.event_id, 9)]
+    );
 }
 
 /// Defect 2: after pg_dump/pg_restore into a new cluster, the rows hold snapshots of the old

@@ -207,21 +207,31 @@ impl LeasedRow {
 }
 
 /// After this many republications an unconsumed event is left alone and reported as stranded
-/// (`briefrail_events_stranded`, the status page, an error log line). With the default
-/// `reconcile.after_seconds` of 60 the copies span about four days.
+/// (`briefrail_events_stranded`, the status page, an error log line) until an operator
+/// republishes it (`briefrail outbox republish-stranded`, [`republish_stranded`]).
 pub const REPUBLISH_CAP: i32 = 16;
 
 /// How reconcile republishes events the trigger has not consumed.
 #[derive(Debug, Clone, Copy)]
 pub struct Republish {
-    /// The first republication waits this long after the publish; the n-th waits
-    /// `after * 2^n` (capped at 2^10), so a merely slow consumer is not flooded with copies.
+    /// The first republication waits this long after the publication; each next one waits
+    /// twice as long as the one before (capped, see [`Republish::longest_wait`]), so a merely
+    /// slow consumer is not flooded with copies.
     pub after: std::time::Duration,
-    /// Events published longer ago than this are left to the sweeper's unserved-demand scan.
+    /// Only events published within this window are looked at (it bounds the scan).
     pub window: std::time::Duration,
-    /// After this many republications an event is left alone and reported (metric, status
-    /// page, log): something downstream is broken, and more copies will not fix it.
+    /// After this many republications an event is left alone and reported: something
+    /// downstream is broken, and more copies will not fix it.
     pub cap: i32,
+}
+
+impl Republish {
+    /// The longest wait between two republications: short enough that all `cap` of them fit
+    /// in the window, so an unconsumed event always reaches the cap (and the alert) while
+    /// reconcile runs, instead of ageing out of the window unreported.
+    pub fn longest_wait(&self) -> std::time::Duration {
+        self.window / (self.cap.max(1) as u32 + 1)
+    }
 }
 
 /// An event reconcile made publishable again.
@@ -251,8 +261,9 @@ pub async fn requeue_unconsumed(
                 last_error = 'republished: not consumed in time (reconcile)'
           WHERE o.event_id IN (
                 SELECT e.event_id FROM ops.domain_event_outbox e
-                 WHERE e.published_at < now() - make_interval(secs => $2)
-                   AND e.published_at < now() - make_interval(secs => $2 * power(2, least(e.republish_count, 10)))
+                 WHERE e.published_at < now() - make_interval(secs => least($2, $6))
+                   AND e.published_at < now() - make_interval(secs =>
+                           least($2 * power(2, least(e.republish_count, 10)), $6))
                    AND e.published_at > now() - make_interval(secs => $3)
                    AND e.republish_count < $4
                    AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
@@ -266,7 +277,30 @@ pub async fn requeue_unconsumed(
     .bind::<diesel::sql_types::Double, _>(policy.window.as_secs_f64())
     .bind::<diesel::sql_types::Integer, _>(policy.cap)
     .bind::<diesel::sql_types::BigInt, _>(limit)
+    .bind::<diesel::sql_types::Double, _>(policy.longest_wait().as_secs_f64())
     .load(conn)
+    .await?)
+}
+
+/// Makes every stranded event (republished `cap` times, still not consumed by `consumer`)
+/// publishable again with its republications counted from zero: what an operator runs once
+/// the consumer is fixed, so the facts reach the Brief and the alert clears. Returns how many.
+pub async fn republish_stranded(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    cap: i32,
+) -> Result<usize> {
+    Ok(diesel::sql_query(
+        "UPDATE ops.domain_event_outbox e
+            SET published_at = NULL, next_attempt_at = NULL, republish_count = 0,
+                last_error = 'republished by an operator after it was stranded'
+          WHERE e.republish_count >= $2 AND e.published_at IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
+                             WHERE c.consumer = $1 AND c.event_id = e.event_id)",
+    )
+    .bind::<diesel::sql_types::Text, _>(consumer)
+    .bind::<diesel::sql_types::Integer, _>(cap)
+    .execute(conn)
     .await?)
 }
 

@@ -45,6 +45,9 @@ pub enum Command {
     /// Ask for fresh Briefs.
     #[command(subcommand)]
     Brief(BriefCommand),
+    /// The transactional outbox.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
     /// Show a matter's job row, unserved demand, recent runs and latest frame.
     Status {
         #[command(flatten)]
@@ -108,6 +111,13 @@ pub enum DocumentCommand {
         #[arg(long, value_name = "UUID")]
         id: Option<Uuid>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// Make stranded events (republished to the cap, never consumed) publishable again, once
+    /// whatever kept the trigger from consuming them is fixed; the alert then clears.
+    RepublishStranded,
 }
 
 #[derive(Debug, Subcommand)]
@@ -211,6 +221,15 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
                 let event = facts::request_brief(&mut conn, firm, matter).await?;
                 println!("brief requested for matter {matter} (event {event})");
             }
+        }
+        Command::Outbox(OutboxCommand::RepublishStranded) => {
+            let n = crate::ledger::outbox::republish_stranded(
+                &mut conn,
+                crate::ledger::inbox::BRIEF_RAIL,
+                crate::ledger::outbox::REPUBLISH_CAP,
+            )
+            .await?;
+            println!("{n} stranded event(s) made publishable again");
         }
         Command::Status { matter, json, runs } => {
             let status = reads::status(&mut conn, matter.firm, matter.matter, runs).await?;

@@ -328,8 +328,8 @@ async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
         let _ = write!(
             h,
             "<p class=bad><b>{} event(s) were republished {} times and never consumed</b>: some Brief may be \
-             missing a fact. Check the trigger consumer and the dead-letter queue, then \
-             <code>briefrail brief request</code> the matters concerned.</p>",
+             missing a fact. Fix what keeps the trigger from consuming them (the consumer, the queue, \
+             the dead-letter queue), then run <code>briefrail outbox republish-stranded</code>.</p>",
             g.stranded_events,
             crate::ledger::outbox::REPUBLISH_CAP
         );
