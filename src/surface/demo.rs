@@ -44,8 +44,10 @@ impl Builder for DemoBuilder {
                 let _ = self.frozen.send(Some(ctx.token));
                 let mut f = self.freeze.clone();
                 let _ = f.wait_for(|on| !*on).await;
+                // It wakes with its work done (it froze at the end) and writes at once.
+            } else {
+                tokio::time::sleep(self.pace).await;
             }
-            tokio::time::sleep(self.pace).await;
             BriefBuilder.build(ctx).await
         }
         .boxed_local()
@@ -339,11 +341,11 @@ pub async fn run(base: &Settings) -> Result<()> {
     let _ = frozen.wait_for(|t| t.is_some()).await;
     let zombie_token = frozen.borrow().unwrap_or_default();
     tl.say(format!("worker-a claims token {zombie_token} and freezes mid-build: no heartbeats (a long GC pause)"));
-    let successor = loop {
+    let taking_over = loop {
         let rs = runs(&pool, firm, matter).await?;
         if let Some(r) = rs
             .iter()
-            .find(|r| r.token > zombie_token && r.outcome == "landed")
+            .find(|r| r.token > zombie_token && r.outcome == "running")
         {
             break r.clone();
         }
@@ -354,10 +356,13 @@ pub async fn run(base: &Settings) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
-    tl.say(format!("worker-b's sweeper expired token {zombie_token}'s lease; worker-b claimed token {} and landed it", successor.token));
+    tl.say(format!(
+        "worker-b's sweeper expired token {zombie_token}'s lease; worker-b claimed token {} and builds",
+        taking_over.token
+    ));
     let _ = freeze_tx.send(false);
     tl.say(format!(
-        "worker-a wakes and writes its stale frame with token {zombie_token}..."
+        "worker-a wakes while worker-b builds, and writes its stale frame with token {zombie_token}..."
     ));
     let zombie_run = loop {
         let rs = runs(&pool, firm, matter).await?;
@@ -380,6 +385,26 @@ pub async fn run(base: &Settings) -> Result<()> {
         zombie_run.outcome,
         zombie_run.error.as_deref().unwrap_or("")
     ));
+    let successor = loop {
+        let rs = runs(&pool, firm, matter).await?;
+        if let Some(r) = rs
+            .iter()
+            .find(|r| r.run_id == taking_over.run_id && r.outcome == "landed")
+        {
+            break r.clone();
+        }
+        if start.elapsed() > Duration::from_secs(58) {
+            return Err(Error::InvalidInput("worker-b's build never landed".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    tl.say(format!("worker-b lands token {}", successor.token));
+    tl.check(
+        zombie_run
+            .finished_at
+            .is_some_and(|t| t < successor.finished_at.unwrap_or(t)),
+        "the zombie wrote while the successor's claim was running",
+    );
     let stale = reads::frame_meta(&mut c, firm, matter, zombie_token).await?;
     tl.check(
         successor.token == zombie_token + 1,
