@@ -20,6 +20,24 @@ pub fn server_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// SQL that [`TestDb::new`] runs on every database it creates, when set: how the mutation
+/// controls (`tests/common/mutations.rs`) give a test run a deliberate bug in the ledger.
+pub const MUTATION_ENV: &str = "BRIEFRAIL_TEST_MUTATION_SQL";
+
+/// Runs the SQL of [`MUTATION_ENV`], if set, on the database at `url`. [`TestDb::new`] calls
+/// it; a test that migrates a database of its own (a private cluster) calls it after migrating.
+pub async fn plant_mutation(url: &str) -> Result<()> {
+    let Ok(sql) = std::env::var(MUTATION_ENV) else {
+        return Ok(());
+    };
+    let mut c = AsyncPgConnection::establish(url)
+        .await
+        .map_err(|e| Error::Connection(e.to_string()))?;
+    c.batch_execute(&sql)
+        .await
+        .map_err(|e| Error::Migration(format!("the test mutation does not apply: {e}")))
+}
+
 /// A database of one's own, migrated, dropped on drop.
 pub struct TestDb {
     pub name: String,
@@ -35,6 +53,7 @@ impl TestDb {
         let name = format!("br_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
         admin::create_from_template(&server, &name, &template).await?;
         let url = admin::with_database(&server, &name)?;
+        plant_mutation(&url).await?;
         let pool = db::connect(&PoolOptions::new(url.clone()).size(pool_size)).await?;
         Ok(Self { name, url, pool })
     }

@@ -1,6 +1,8 @@
 //! The ledger's guarantees (PROTOCOL.md), against a real Postgres, one database per test.
 //! Races are real: many tasks on many pooled connections, released together by a barrier.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,6 +164,13 @@ async fn a_zombie_commit_is_fenced_after_the_sweep() {
 
     // The zombie wakes and writes while the successor's claim runs (the row is `running`
     // again, so only the claim's identity can refuse it): refused at the ledger.
+    assert!(
+        matches!(
+            t::heartbeat(&mut c, &zombie).await,
+            Err(Error::Fenced { .. })
+        ),
+        "the zombie's heartbeat tells it, while the successor runs"
+    );
     let err = commit(&db, &zombie).await.expect_err("stale token");
     assert!(
         matches!(err, Error::Fenced { token, .. } if token == zombie.token),
@@ -1258,4 +1267,11 @@ async fn a_covered_demand_still_restarts_the_retries_of_a_failing_matter() {
         1,
         "still retried"
     );
+}
+
+/// The mutation controls (`tests/common/mutations.rs`): every deliberate bug in the live SQL
+/// that names a killer in this binary makes each of those killers fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_planted_bug_fails_a_guarantee_test() {
+    common::mutations::assert_caught("ledger").await;
 }

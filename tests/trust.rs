@@ -604,6 +604,7 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
         .await
         .unwrap();
     briefrail::db::migrate::run_pending(&old_url).await.unwrap();
+    briefrail::testing::plant_mutation(&old_url).await.unwrap();
     let pool = briefrail::db::connect(&briefrail::db::PoolOptions::new(old_url.clone()).size(2))
         .await
         .unwrap();
@@ -691,4 +692,11 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
             .unwrap()
             .unserved()
     );
+}
+
+/// The mutation controls (`tests/common/mutations.rs`): every deliberate bug in the live SQL
+/// that names a killer in this binary makes each of those killers fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_planted_bug_fails_a_guarantee_test() {
+    common::mutations::assert_caught("trust").await;
 }

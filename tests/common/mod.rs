@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use briefrail::testing::TestDb;
 
 pub mod cluster;
+pub mod mutations;
 
 /// A `briefrail run` child process; killed (SIGKILL) when dropped, also if the test panics.
 pub struct NodeProcess {

@@ -1,0 +1,313 @@
+//! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
+//! (`migrations/…000004_trust_only_the_ledger/up.sql`), and the guarantee tests that must fail
+//! under each, the way the model check's negative controls must find a counterexample.
+//!
+//! A mutation is SQL run on every database [`briefrail::testing::TestDb::new`] creates while
+//! [`briefrail::testing::MUTATION_ENV`] holds it: usually a transition function redefined from
+//! its live text with one clause changed. [`assert_caught`] re-runs this test binary, one killer
+//! test at a time, with the mutation set, and fails unless every killer fails. So a guarantee
+//! test that stops being able to see its bug fails the suite, and a change to the live SQL that
+//! a mutation no longer matches fails it too (the mutation names what it expected to find).
+
+use std::path::Path;
+use std::process::Command;
+
+/// One deliberate bug.
+pub struct Mutation {
+    pub name: &'static str,
+    /// The guarantee it breaks, in words.
+    pub breaks: &'static str,
+    /// The SQL that plants it.
+    pub sql: fn() -> String,
+    /// `binary::test` of every test that must fail under it.
+    pub killers: &'static [&'static str],
+}
+
+fn live_sql() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations/2026-12-01-000004_trust_only_the_ledger/up.sql");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The live definition of `ops.<function>`, each `(from, to)` replaced (each `from` must occur
+/// exactly once in it), as `CREATE OR REPLACE`.
+fn patched(function: &str, edits: &[(&str, &str)]) -> String {
+    let sql = live_sql();
+    let head = format!("CREATE FUNCTION ops.{function}(");
+    let start = sql
+        .find(&head)
+        .unwrap_or_else(|| panic!("no live definition of ops.{function}"));
+    let body_end = sql[start..]
+        .find("\n$$;")
+        .map(|i| start + i + "\n$$;".len())
+        .unwrap_or_else(|| panic!("ops.{function} has no closing $$;"));
+    let mut def = sql[start..body_end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1);
+    for (from, to) in edits {
+        let n = def.matches(from).count();
+        assert_eq!(
+            n, 1,
+            "mutation of ops.{function}: {from:?} occurs {n} times in its live text (the SQL changed: update the mutation)"
+        );
+        def = def.replacen(from, to, 1);
+    }
+    def
+}
+
+/// Every mutation, with its killers.
+pub fn all() -> Vec<Mutation> {
+    vec![
+        Mutation {
+            name: "commit_without_the_claims_identity",
+            breaks: "1: a frame whose claim is not current never lands",
+            sql: || {
+                patched(
+                    "commit_claim",
+                    &[(
+                        "\n           AND j.claimed_generation = p_token AND j.claimed_run_id = p_run_id",
+                        "",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::a_zombie_commit_is_fenced_after_the_sweep",
+                "ledger::extra_writes_land_only_with_a_current_token",
+                "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+            ],
+        },
+        Mutation {
+            name: "commit_without_the_run_id",
+            breaks: "1: a token number handed out twice fences the old holder",
+            sql: || patched("commit_claim", &[(" AND j.claimed_run_id = p_run_id", "")]),
+            killers: &["trust::a_token_number_handed_out_twice_still_fences_the_old_holder"],
+        },
+        Mutation {
+            name: "heartbeat_without_the_claims_identity",
+            breaks: "1: a zombie learns at its heartbeat that it is fenced",
+            sql: || {
+                patched(
+                    "heartbeat",
+                    &[(
+                        "\n           AND claimed_generation = p_token AND claimed_run_id = p_run_id",
+                        "",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep",
+                "ledger::a_zombie_commit_is_fenced_after_the_sweep",
+                "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+            ],
+        },
+        Mutation {
+            name: "no_frames_primary_key",
+            breaks: "2: at most one frame per token",
+            sql: || "ALTER TABLE ops.matter_frames DROP CONSTRAINT matter_frames_pkey".into(),
+            killers: &["ledger::at_most_one_frame_per_token"],
+        },
+        Mutation {
+            name: "follow_up_dropped_on_commit",
+            breaks: "3, 4: demands during a build cost exactly one follow-up, and are never dropped",
+            sql: || {
+                patched(
+                    "commit_claim",
+                    &[(
+                        "FROM (SELECT NOT ops.is_archived(p_firm, p_matter) AS live) m",
+                        "FROM (SELECT false AS live) m",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::twenty_demands_during_a_build_cost_exactly_one_follow_up",
+                "ledger::a_demand_racing_a_commit_is_never_dropped",
+            ],
+        },
+        Mutation {
+            name: "lost_claim_not_recorded",
+            breaks: "4: a demand that loses the claim race is recorded on the running row",
+            sql: || {
+                patched(
+                    "record_lost_claim",
+                    &[
+                        (
+                            "requested_generation = requested_generation + 1",
+                            "requested_generation = requested_generation",
+                        ),
+                        (
+                            "rebuild_needed       = true",
+                            "rebuild_needed       = rebuild_needed",
+                        ),
+                    ],
+                )
+            },
+            killers: &[
+                "ledger::concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser",
+                "ledger::a_demand_racing_a_commit_is_never_dropped",
+            ],
+        },
+        Mutation {
+            name: "sweep_ignores_the_lease",
+            breaks: "heartbeats keep a build's lease; another node's setting does not expire it",
+            sql: || patched("sweep", &[(" AND j.lease_expires_at < now()", "")]),
+            killers: &[
+                "ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
+                "trust::a_shorter_lease_on_another_node_does_not_expire_a_healthy_build",
+            ],
+        },
+        Mutation {
+            name: "job_rows_deletable",
+            breaks: "job rows are never deleted (no token ABA)",
+            sql: || {
+                "DROP TRIGGER matter_frame_jobs_no_delete ON ops.matter_frame_jobs;
+                 DROP TRIGGER matter_frame_jobs_no_truncate ON ops.matter_frame_jobs"
+                    .into()
+            },
+            killers: &["ledger::job_rows_cannot_be_deleted_so_tokens_never_restart"],
+        },
+        Mutation {
+            name: "every_demand_covered",
+            breaks: "4: a demand is covered only when a build already reads its fact",
+            sql: || {
+                patched(
+                    "snapshot_covers",
+                    &[(
+                        "AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot)",
+                        "OR true",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::a_demand_for_a_fact_the_running_build_already_reads_is_covered",
+                "trust::a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brief",
+            ],
+        },
+        Mutation {
+            name: "coverage_ignores_the_cluster",
+            breaks: "6: no snapshot stored by another cluster judges a fact",
+            sql: || {
+                patched(
+                    "snapshot_covers",
+                    &[(
+                        "AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()",
+                        "",
+                    )],
+                )
+            },
+            killers: &["trust::after_a_logical_move_new_facts_still_reach_the_brief"],
+        },
+        Mutation {
+            name: "claim_ignores_the_archive",
+            breaks: "an archived matter is not rebuilt, whoever nudges",
+            sql: || {
+                patched(
+                    "claim",
+                    &[
+                        ("         WHERE NOT ops.is_archived(p_firm, p_matter)\n", ""),
+                        (
+                            "          AND NOT ops.is_archived(j.firm_id, j.matter_id)\n",
+                            "",
+                        ),
+                    ],
+                )
+            },
+            killers: &["trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
+        },
+        Mutation {
+            name: "reconcile_ignores_the_archive",
+            breaks: "an archived matter is not reconciled",
+            sql: || {
+                patched(
+                    "unserved",
+                    &[(
+                        "\n       AND NOT ops.is_archived(j.firm_id, j.matter_id)",
+                        "",
+                    )],
+                )
+            },
+            killers: &["trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
+        },
+        Mutation {
+            name: "frame_refusal_raised",
+            breaks: "a frame the database refuses fails the claim at once, with its SQLSTATE",
+            sql: || {
+                patched(
+                    "insert_frame",
+                    &[(
+                        "EXCEPTION WHEN data_exception OR program_limit_exceeded THEN",
+                        "EXCEPTION WHEN division_by_zero THEN",
+                    )],
+                )
+            },
+            killers: &[
+                "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
+            ],
+        },
+        Mutation {
+            name: "follow_up_lease_not_restarted",
+            breaks: "a follow-up's lease starts when its commit ends",
+            sql: || {
+                patched(
+                    "start_lease",
+                    &[(
+                        "SET claimed_at = clock_timestamp(),\n               lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds)",
+                        "SET updated_at = updated_at",
+                    )],
+                )
+            },
+            killers: &["trust::a_follow_up_lease_starts_when_the_commit_ends"],
+        },
+    ]
+}
+
+/// For every mutation with killers in `binary` (this test binary's name): the mutation applies
+/// to a fresh database, and each of those killers, run alone with the mutation planted, fails.
+/// Reports every survivor at once.
+pub async fn assert_caught(binary: &str) {
+    use diesel_async::SimpleAsyncConnection;
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut survivors = Vec::new();
+    let mut killed = 0;
+    for m in all() {
+        let tests: Vec<&str> = m
+            .killers
+            .iter()
+            .filter_map(|k| k.strip_prefix(binary)?.strip_prefix("::"))
+            .collect();
+        if tests.is_empty() {
+            continue;
+        }
+        let sql = (m.sql)();
+        let db = briefrail::testing::TestDb::new(1).await.expect("test db");
+        let mut c = db.connection().await.expect("connection");
+        c.batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("mutation {} does not apply: {e}", m.name));
+        drop(c);
+        drop(db);
+        for test in tests {
+            let out = Command::new(&exe)
+                .args(["--exact", test, "--test-threads", "1"])
+                .env(briefrail::testing::MUTATION_ENV, &sql)
+                .output()
+                .expect("re-run the test binary");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if !stdout.contains(&format!("test {test} ... ")) {
+                panic!(
+                    "{binary} has no test {test} (mutation {})\n{stdout}",
+                    m.name
+                );
+            }
+            if out.status.success() {
+                survivors.push(format!("{} ({}) survived {test}", m.name, m.breaks));
+            } else {
+                killed += 1;
+                eprintln!("mutation {} killed by {test}", m.name);
+            }
+        }
+    }
+    assert!(
+        survivors.is_empty(),
+        "tests that cannot see the bug they guard against:\n  {}",
+        survivors.join("\n  ")
+    );
+    assert!(killed > 0, "no mutation has a killer in {binary}");
+}
