@@ -775,3 +775,10 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(deadlocks().await, before, "Postgres detected a deadlock");
 }
+
+/// The mutation controls (`tests/common/mutations.rs`): every deliberate bug in the live SQL
+/// that names a killer in this binary makes each of those killers fail.
+#[actix_rt::test]
+async fn every_planted_bug_fails_a_guarantee_test() {
+    common::mutations::assert_caught("transport").await;
+}

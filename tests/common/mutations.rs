@@ -154,6 +154,15 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
+            name: "inbox_without_its_key",
+            breaks: "5: a duplicated delivery has no second effect",
+            sql: || "ALTER TABLE ops.consumed_events DROP CONSTRAINT consumed_events_pkey".into(),
+            killers: &[
+                "transport::a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once",
+                "transport::the_postgres_transport_applies_each_event_once_and_survives_late_commits",
+            ],
+        },
+        Mutation {
             name: "job_rows_deletable",
             breaks: "job rows are never deleted (no token ABA)",
             sql: || {
