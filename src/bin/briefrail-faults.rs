@@ -242,19 +242,31 @@ async fn violations(pool: &Pool, sql: &str) -> Vec<String> {
     }
 }
 
-/// The running build's node, if some build is running now.
-async fn busy_node(pool: &Pool) -> Option<String> {
-    let mut c = pool.get().await.ok()?;
+/// The nodes holding a live claim now: a run still `running` that is its row's current claim.
+async fn busy_nodes(pool: &Pool) -> Vec<String> {
+    let Ok(mut c) = pool.get().await else {
+        return Vec::new();
+    };
     #[derive(QueryableByName)]
     struct N {
         #[diesel(sql_type = diesel::sql_types::Text)]
         node_id: String,
     }
-    diesel::sql_query("SELECT node_id FROM ops.matter_frame_runs WHERE outcome = 'running' ORDER BY started_at DESC LIMIT 1")
-        .get_result::<N>(&mut c)
-        .await
-        .ok()
-        .map(|n| n.node_id)
+    diesel::sql_query(
+        "SELECT r.node_id FROM ops.matter_frame_runs r
+           JOIN ops.matter_frame_jobs j ON j.firm_id = r.firm_id AND j.matter_id = r.matter_id
+          WHERE r.outcome = 'running' AND j.run_status = 'running' AND j.claimed_run_id = r.run_id
+          ORDER BY r.started_at DESC",
+    )
+    .load::<N>(&mut c)
+    .await
+    .map(|v| v.into_iter().map(|n| n.node_id).collect())
+    .unwrap_or_default()
+}
+
+/// The node of the newest live claim, if a build is running now.
+async fn busy_node(pool: &Pool) -> Option<String> {
+    busy_nodes(pool).await.into_iter().next()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -363,6 +375,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let steps = schedule(args.seed, args.long, matters_n);
     let started = Instant::now();
     let mut injected: Vec<String> = Vec::new();
+    // Faults that did not take effect: each fails the run (a fault that silently did nothing
+    // would let the invariants pass for the wrong reason).
+    let mut not_landed: Vec<String> = Vec::new();
     let mut bursts: Vec<(Uuid, chrono::DateTime<chrono::Utc>)> = Vec::new();
     let mut demands_total = 0usize;
     for step in &steps {
@@ -395,9 +410,16 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             Step::Pause(d) => tokio::time::sleep(*d).await,
             Step::Fault(f) => {
                 let t = started.elapsed().as_secs_f64();
-                let what = inject(*f, &mut nodes, &bin, &dir, &pool, &env, &prefix).await;
-                println!("  +{t:>6.1}s fault: {what}");
-                injected.push(what);
+                match inject(*f, &mut nodes, &bin, &dir, &pool, &prefix).await {
+                    Ok(what) => {
+                        println!("  +{t:>6.1}s fault: {what}");
+                        injected.push(what);
+                    }
+                    Err(why) => {
+                        println!("  +{t:>6.1}s fault {f:?} DID NOT LAND: {why}");
+                        not_landed.push(format!("{f:?}: {why}"));
+                    }
+                }
             }
         }
     }
@@ -508,6 +530,11 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         bursts.len() as i64,
         over,
     );
+    check(
+        "every scheduled fault took effect",
+        (injected.len() + not_landed.len()) as i64,
+        not_landed,
+    );
     let fenced = count(
         &pool,
         "SELECT count(*) AS n FROM ops.matter_frame_runs WHERE outcome = 'fenced'",
@@ -561,95 +588,200 @@ async fn db_now(pool: &Pool) -> chrono::DateTime<chrono::Utc> {
     }
 }
 
+/// Whether process `pid` is stopped (state `T`), from `/proc/<pid>/stat`.
+fn stopped(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('T')
+        })
+        .unwrap_or(false)
+}
+
+fn signal(sig: &str, pid: &str) -> Result<(), String> {
+    match Command::new("kill").args([sig, pid]).status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("kill {sig} {pid} exited {s}")),
+        Err(e) => Err(format!("kill {sig} {pid}: {e}")),
+    }
+}
+
+fn broker_answers() -> bool {
+    std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:5672".parse().expect("address"),
+        Duration::from_secs(1),
+    )
+    .is_ok()
+}
+
+/// A node holding a running claim, waiting up to 10 s for one: a pause or a kill of an idle
+/// node makes no zombie, so it would not be the fault the schedule asks for.
+async fn wait_busy_node(pool: &Pool, nodes: &[NodeProc]) -> Result<usize, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(id) = busy_node(pool).await {
+            if let Some(i) = nodes.iter().position(|n| n.id == id) {
+                return Ok(i);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("no node held a running claim within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Injects one fault and proves it took effect: `Ok(what happened)`, or `Err(why the fault did
+/// not land)`, which fails the run.
 async fn inject(
     f: Fault,
     nodes: &mut [NodeProc],
     bin: &PathBuf,
     dir: &PathBuf,
     pool: &Pool,
-    _env: &[(String, String)],
     prefix: &str,
-) -> String {
-    let target = busy_node(pool).await;
-    let idx = target
-        .as_ref()
-        .and_then(|id| nodes.iter().position(|n| &n.id == id))
-        .unwrap_or(0);
+) -> Result<String, String> {
     match f {
         Fault::Stop => {
+            let idx = wait_busy_node(pool, nodes).await?;
             let pid = nodes[idx].child.id().to_string();
-            let _ = Command::new("kill").args(["-STOP", &pid]).status();
+            signal("-STOP", &pid)?;
+            let took = stopped(&pid);
+            let holds = busy_nodes(pool).await.contains(&nodes[idx].id);
             tokio::time::sleep(Duration::from_secs(4)).await; // twice the lease
-            let _ = Command::new("kill").args(["-CONT", &pid]).status();
-            format!(
-                "SIGSTOP {} for 4 s (lease 2 s){}",
-                nodes[idx].id,
-                if target.is_some() { " mid-build" } else { "" }
-            )
+            signal("-CONT", &pid)?;
+            if !took {
+                return Err(format!(
+                    "{} (pid {pid}) was not stopped after SIGSTOP",
+                    nodes[idx].id
+                ));
+            }
+            if !holds {
+                return Err(format!(
+                    "{} held no running claim when it was stopped",
+                    nodes[idx].id
+                ));
+            }
+            Ok(format!(
+                "SIGSTOP {} for 4 s (lease 2 s) mid-build",
+                nodes[idx].id
+            ))
         }
         Fault::Kill => {
-            let _ = nodes[idx].child.kill();
-            let _ = nodes[idx].child.wait();
+            let idx = wait_busy_node(pool, nodes).await?;
+            nodes[idx]
+                .child
+                .kill()
+                .map_err(|e| format!("kill -9 {}: {e}", nodes[idx].id))?;
+            let status = nodes[idx]
+                .child
+                .wait()
+                .map_err(|e| format!("wait for {}: {e}", nodes[idx].id))?;
+            use std::os::unix::process::ExitStatusExt;
+            if status.signal() != Some(9) {
+                return Err(format!(
+                    "{} did not die of SIGKILL: {status}",
+                    nodes[idx].id
+                ));
+            }
             let (id, env) = (nodes[idx].id.clone(), nodes[idx].env.clone());
             tokio::time::sleep(Duration::from_millis(500)).await;
             let skew =
                 (id == "node-2" && std::path::Path::new(FAKETIME_LIB).exists()).then_some("+5h");
-            if let Ok(p) = spawn(bin, &id, &env, dir, skew) {
-                nodes[idx] = p;
-            }
-            format!(
-                "kill -9 {id}{} and restart",
-                if target.is_some() { " mid-build" } else { "" }
-            )
+            nodes[idx] = spawn(bin, &id, &env, dir, skew)
+                .map_err(|e| format!("restarting {id} after kill -9 failed: {e}"))?;
+            Ok(format!("kill -9 {id} mid-build and restart"))
         }
         Fault::BrokerDown => {
-            rabbitmqctl(&["stop_app"]);
+            if !rabbitmqctl(&["stop_app"]) {
+                return Err("rabbitmqctl stop_app failed".into());
+            }
+            let refused = !broker_answers();
             tokio::time::sleep(Duration::from_secs(3)).await;
-            rabbitmqctl(&["start_app"]);
-            rabbitmqctl(&["await_startup"]);
-            "RabbitMQ stop_app for 3 s, then start_app".into()
+            let started = rabbitmqctl(&["start_app"]) && rabbitmqctl(&["await_startup"]);
+            if !refused {
+                return Err("the broker still accepted connections after stop_app".into());
+            }
+            if !started {
+                return Err("rabbitmqctl start_app failed: the broker did not come back".into());
+            }
+            Ok("RabbitMQ stop_app for 3 s, then start_app".into())
         }
         Fault::TerminateBackends => {
             let n = count(
                 pool,
-                "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity
                                   WHERE application_name = 'briefrail' AND pid <> pg_backend_pid()
-                                    AND datname = current_database()) x",
+                                    AND datname = current_database()) x WHERE t",
             )
             .await;
-            format!("pg_terminate_backend on {n} briefrail connections")
+            if n <= 0 {
+                return Err("no briefrail connection was terminated".into());
+            }
+            Ok(format!("pg_terminate_backend on {n} briefrail connections"))
         }
         Fault::Duplicates => {
             let n = count(pool, "WITH d AS (UPDATE ops.domain_event_outbox SET published_at = NULL, next_attempt_at = NULL
                                   WHERE event_id IN (SELECT event_id FROM ops.domain_event_outbox WHERE published_at IS NOT NULL
                                                      ORDER BY seq DESC LIMIT 200) RETURNING 1) SELECT count(*) AS n FROM d").await;
-            format!("{n} already-published events published again")
+            if n <= 0 {
+                return Err("no published event to publish again".into());
+            }
+            Ok(format!("{n} already-published events published again"))
         }
         Fault::MemoryAlarm => {
             // Publishers are blocked while the alarm lasts: the relay must wait, not spin or lose.
-            rabbitmqctl(&["set_vm_memory_high_watermark", "0.0000001"]);
+            if !rabbitmqctl(&["set_vm_memory_high_watermark", "0.0000001"]) {
+                return Err("rabbitmqctl set_vm_memory_high_watermark failed".into());
+            }
+            let alarmed = memory_alarm_on();
             tokio::time::sleep(Duration::from_secs(3)).await;
-            rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
-            "RabbitMQ memory alarm for 3 s".into()
+            let cleared = rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
+            if !alarmed {
+                return Err("the broker reported no memory alarm".into());
+            }
+            if !cleared {
+                return Err("the memory watermark could not be restored".into());
+            }
+            Ok("RabbitMQ memory alarm for 3 s".into())
         }
         Fault::Purge => {
             let t = Topology::new(prefix);
-            let n = match amqp::connect(
+            let conn = amqp::connect(
                 &briefrail::secret::SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f"),
                 "faults",
             )
             .await
-            {
-                Ok(conn) => match conn.create_channel().await {
-                    Ok(ch) => ch
-                        .queue_purge(t.trigger_queue.as_str().into(), Default::default())
-                        .await
-                        .unwrap_or(0),
-                    Err(_) => 0,
-                },
-                Err(_) => 0,
-            };
-            format!("purged {n} messages from the trigger queue")
+            .map_err(|e| format!("purge: cannot connect: {e}"))?;
+            let ch = conn
+                .create_channel()
+                .await
+                .map_err(|e| format!("purge: no channel: {e}"))?;
+            let n = ch
+                .queue_purge(t.trigger_queue.as_str().into(), Default::default())
+                .await
+                .map_err(|e| format!("purge of {} failed: {e}", t.trigger_queue))?;
+            Ok(format!("purged {n} messages from the trigger queue"))
         }
     }
+}
+
+/// Whether the broker reports a memory alarm (`rabbitmqctl status` lists it under alarms).
+fn memory_alarm_on() -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let out = Command::new("rabbitmqctl")
+            .args(["eval", "rabbit_alarm:get_alarms()."])
+            .output();
+        if let Ok(o) = out {
+            if String::from_utf8_lossy(&o.stdout).contains("memory") {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
 }
