@@ -69,6 +69,7 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &[
+                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_zombie_commit_is_fenced_after_the_sweep",
                 "ledger::extra_writes_land_only_with_a_current_token",
                 "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
@@ -93,6 +94,7 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &[
+                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep",
                 "ledger::a_zombie_commit_is_fenced_after_the_sweep",
                 "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
@@ -117,6 +119,7 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &[
+                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::twenty_demands_during_a_build_cost_exactly_one_follow_up",
                 "ledger::a_demand_racing_a_commit_is_never_dropped",
             ],
@@ -140,6 +143,7 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &[
+                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser",
                 "ledger::a_demand_racing_a_commit_is_never_dropped",
             ],
@@ -149,6 +153,7 @@ pub fn all() -> Vec<Mutation> {
             breaks: "heartbeats keep a build's lease; another node's setting does not expire it",
             sql: || patched("sweep", &[(" AND j.lease_expires_at < now()", "")]),
             killers: &[
+                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
                 "trust::a_shorter_lease_on_another_node_does_not_expire_a_healthy_build",
             ],
@@ -185,6 +190,7 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &[
+                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_demand_for_a_fact_the_running_build_already_reads_is_covered",
                 "trust::a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brief",
             ],
