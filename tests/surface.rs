@@ -169,6 +169,25 @@ async fn the_admin_api_answers_over_a_real_socket() {
             .is_some_and(|s| Uuid::parse_str(s).is_ok())
     );
 
+    // The request's demand is recorded first (else a build of the matter's creation, landed
+    // before the request was consumed, would look like "served" and the request arrive after).
+    let requested = Uuid::parse_str(accepted["event_id"].as_str().unwrap()).unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the brief request to be consumed",
+        || async {
+            let mut c = db.pool.get().await.ok()?;
+            briefrail::ledger::inbox::consumed(
+                &mut c,
+                briefrail::ledger::inbox::BRIEF_RAIL,
+                requested,
+            )
+            .await
+            .ok()?
+            .then_some(())
+        },
+    )
+    .await;
     let status = eventually(Duration::from_secs(20), "the matter to be served", || {
         let (client, path, auth) = (client.clone(), path.clone(), auth.clone());
         async move {
