@@ -617,10 +617,10 @@ fn broker_answers() -> bool {
     .is_ok()
 }
 
-/// A node holding a running claim, waiting up to 10 s for one: a pause or a kill of an idle
+/// A node holding a running claim, waiting up to 30 s for one: a pause or a kill of an idle
 /// node makes no zombie, so it would not be the fault the schedule asks for.
 async fn wait_busy_node(pool: &Pool, nodes: &[NodeProc]) -> Result<usize, String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(id) = busy_node(pool).await {
             if let Some(i) = nodes.iter().position(|n| n.id == id) {
@@ -628,7 +628,7 @@ async fn wait_busy_node(pool: &Pool, nodes: &[NodeProc]) -> Result<usize, String
             }
         }
         if Instant::now() > deadline {
-            return Err("no node held a running claim within 10 s".into());
+            return Err("no node held a running claim within 30 s".into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
