@@ -1275,3 +1275,126 @@ async fn a_covered_demand_still_restarts_the_retries_of_a_failing_matter() {
 async fn every_planted_bug_fails_a_guarantee_test() {
     common::mutations::assert_caught("ledger").await;
 }
+
+/// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` and then cuts
+/// the connection without returning the server's answer: the commit happened, the client only
+/// sees a lost connection (the fault catalogue's "commit outcome unknown").
+async fn commit_cutting_proxy() -> (
+    u16,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(false));
+    let cuts = Arc::new(AtomicUsize::new(0));
+    let (armed2, cuts2) = (armed.clone(), cuts.clone());
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect("127.0.0.1:5432").await else {
+                continue;
+            };
+            let (armed, cuts) = (armed2.clone(), cuts2.clone());
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let silenced = Arc::new(AtomicBool::new(false));
+                let mute = silenced.clone();
+                let up = async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = cr.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        let commit = buf[..n].windows(6).any(|w| w == b"COMMIT");
+                        if commit && armed.swap(false, Ordering::SeqCst) {
+                            // From now on the server's answers go nowhere.
+                            mute.store(true, Ordering::SeqCst);
+                            cuts.fetch_add(1, Ordering::SeqCst);
+                            let _ = sw.write_all(&buf[..n]).await;
+                            // Give the server time to commit before the connection drops.
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            return;
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                let down = async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = sr.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        if AtomicBool::load(&silenced, Ordering::SeqCst) {
+                            continue; // swallowed: the client never hears the answer
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! { () = up => {}, () = down => {} }
+            });
+        }
+    });
+    (port, armed, cuts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
+    use std::sync::atomic::Ordering;
+    let db = TestDb::new(4).await.expect("test db");
+    let (port, armed, cuts) = commit_cutting_proxy().await;
+    let through_proxy = briefrail::db::connect(
+        &briefrail::db::PoolOptions::new(format!(
+            "postgres://postgres@127.0.0.1:{port}/{}",
+            db.name
+        ))
+        .size(2),
+    )
+    .await
+    .unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+
+    // A plain landing: the COMMIT happens, its answer is lost; the ledger says it landed.
+    let claim = won(&db, firm, matter).await;
+    armed.store(true, Ordering::SeqCst);
+    let landed = t::commit(&through_proxy, &claim, NODE, &Frame::new(json!({"n": 1})))
+        .await
+        .expect("settled from the ledger, not reported as a failure");
+    assert_eq!(
+        std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
+        1,
+        "the proxy cut the COMMIT's answer"
+    );
+    assert_eq!(landed, Landed::Idle);
+    let frame = reads::frame_meta(&mut c, firm, matter, claim.token)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(frame.run_id, claim.run_id);
+
+    // With demands piled up: the settled commit hands back the follow-up it claimed.
+    let claim = won(&db, firm, matter).await;
+    t::demand(&mut c, firm, matter).await.unwrap();
+    armed.store(true, Ordering::SeqCst);
+    let landed = t::commit(&through_proxy, &claim, NODE, &Frame::new(json!({"n": 2})))
+        .await
+        .expect("settled from the ledger");
+    assert_eq!(
+        std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
+        2
+    );
+    let Landed::FollowUp(next) = landed else {
+        panic!("the follow-up the commit claimed is recovered: {landed:?}")
+    };
+    assert_eq!(job(&db, firm, matter).await.claimed_generation, next.token);
+    assert_eq!(commit(&db, &next).await.unwrap(), Landed::Idle);
+}

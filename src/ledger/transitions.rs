@@ -560,3 +560,20 @@ fn fenced(c: &Claim) -> Error {
 fn bounded(s: &str) -> &str {
     crate::error::clip(s, 4000)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_shows_its_body_and_whether_it_carries_extra_writes() {
+        let plain = format!("{:?}", Frame::new(serde_json::json!({"summary": "ok"})));
+        assert!(
+            plain.contains("summary") && plain.contains("extra: false"),
+            "{plain}"
+        );
+        let extra: ExtraWrites = Box::new(|_, _| Box::pin(async { Ok(()) }));
+        let with = format!("{:?}", Frame::new(serde_json::json!({})).with_extra(extra));
+        assert!(with.contains("extra: true"), "{with}");
+    }
+}
