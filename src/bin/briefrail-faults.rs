@@ -588,17 +588,25 @@ async fn db_now(pool: &Pool) -> chrono::DateTime<chrono::Utc> {
     }
 }
 
-/// Whether process `pid` is stopped (state `T`), from `/proc/<pid>/stat`.
-fn stopped(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('T')
-        })
-        .unwrap_or(false)
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`) within two seconds: a
+/// signal is delivered asynchronously, so the state is polled, not read once.
+async fn stopped(pid: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let state_t = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('T')
+            })
+            .unwrap_or(false);
+        if state_t || Instant::now() > deadline {
+            return state_t;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 fn signal(sig: &str, pid: &str) -> Result<(), String> {
@@ -649,7 +657,7 @@ async fn inject(
             let idx = wait_busy_node(pool, nodes).await?;
             let pid = nodes[idx].child.id().to_string();
             signal("-STOP", &pid)?;
-            let took = stopped(&pid);
+            let took = stopped(&pid).await;
             let holds = busy_nodes(pool).await.contains(&nodes[idx].id);
             tokio::time::sleep(Duration::from_secs(4)).await; // twice the lease
             signal("-CONT", &pid)?;
