@@ -1015,14 +1015,15 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    // A 300 ms lease, renewed every 100 ms for 600 ms: twice the lease, never swept.
-    let lease = Duration::from_millis(300);
+    // A 1 s lease, renewed every 200 ms for 2 s: twice the lease, never swept (800 ms of slack
+    // per renewal for a loaded machine).
+    let lease = Duration::from_millis(1000);
     let claim = t::claim(&mut c, &req(firm, matter, lease))
         .await
         .unwrap()
         .expect("free");
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
         t::heartbeat(&mut c, &claim).await.expect("still current");
         assert!(
             t::sweep(&mut c, 10).await.unwrap().is_empty(),
@@ -1030,7 +1031,7 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
         );
     }
     // Without heartbeats the same lease runs out (the sweep above could have found it).
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let swept = t::sweep(&mut c, 10).await.unwrap();
     assert_eq!(swept.len(), 1, "a silent build's lease runs out");
     assert!(commit(&db, &claim).await.unwrap_err().is_fenced());
