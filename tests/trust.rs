@@ -700,3 +700,35 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
 async fn every_planted_bug_fails_a_guarantee_test() {
     common::mutations::assert_caught("trust").await;
 }
+
+/// A fact the rail does not hear (an application's own `invoice.paid`, or `matter.archived`)
+/// is consumed with no effect on a live matter's row: it costs no build.
+#[tokio::test]
+async fn a_fact_the_rail_does_not_hear_is_consumed_without_a_demand() {
+    let db = TestDb::new(4).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    served_matter(&mut c, &db.pool, firm, matter).await;
+    let before = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
+    {
+        use diesel_async::AsyncConnection;
+        let event = outbox::NewEvent::new(firm, matter, "invoice.paid").unwrap();
+        c.transaction(async |tx| outbox::record_event(tx, &event).await)
+            .await
+            .unwrap();
+    }
+    let row = last_event(&mut c, matter).await;
+    let applied = inbox::apply(&mut c, BRIEF_RAIL, &row.envelope())
+        .await
+        .unwrap();
+    assert!(matches!(applied, Applied::NotHeard(_)), "{applied:?}");
+    assert!(
+        inbox::consumed(&mut c, BRIEF_RAIL, row.event_id)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        reads::job(&mut c, firm, matter).await.unwrap().unwrap(),
+        before
+    );
+}
