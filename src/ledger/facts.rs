@@ -188,22 +188,20 @@ pub async fn matter(
         .optional()?)
 }
 
-/// Whether the record says the matter is archived (the ledger's claim and reconcile ask the
-/// same question in SQL, `ops.is_archived`).
+diesel::define_sql_function! {
+    /// `ops.is_archived`: the one definition of "archived" the claim and reconcile use too.
+    #[sql_name = "ops.is_archived"]
+    fn is_archived_sql(firm: diesel::sql_types::Uuid, matter: diesel::sql_types::Uuid) -> diesel::sql_types::Bool;
+}
+
+/// Whether the record says the matter is archived (asked of `ops.is_archived`, as the
+/// ledger's claim and reconcile ask it).
 pub async fn is_archived(
     conn: &mut AsyncPgConnection,
     firm_id: Uuid,
     matter_id: Uuid,
 ) -> Result<bool> {
-    use record::matters::dsl as m;
-    Ok(diesel::select(diesel::dsl::exists(
-        m::matters.filter(
-            m::firm_id
-                .eq(firm_id)
-                .and(m::matter_id.eq(matter_id))
-                .and(m::archived_at.is_not_null()),
-        ),
-    ))
-    .get_result(conn)
-    .await?)
+    Ok(diesel::select(is_archived_sql(firm_id, matter_id))
+        .get_result(conn)
+        .await?)
 }

@@ -194,13 +194,12 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
 /// rebuilt, so their old demand is not listed.
 pub async fn unserved_jobs(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<JobRow>> {
     use ops::matter_frame_jobs::dsl as j;
-    diesel::define_sql_function! {
-        #[sql_name = "ops.is_archived"]
-        fn is_archived(firm: diesel::sql_types::Uuid, matter: diesel::sql_types::Uuid) -> diesel::sql_types::Bool;
-    }
     Ok(j::matter_frame_jobs
         .filter(j::landed_generation.lt(j::requested_generation))
-        .filter(diesel::dsl::not(is_archived(j::firm_id, j::matter_id)))
+        .filter(diesel::dsl::not(super::facts::is_archived_sql(
+            j::firm_id,
+            j::matter_id,
+        )))
         .order(j::updated_at.asc())
         .limit(limit)
         .select(JobRow::as_select())
