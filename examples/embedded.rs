@@ -142,7 +142,7 @@ async fn main() -> briefrail::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(briefrail::Error::InvalidInput(
-        "the Brief did not land within 10 s".into(),
+    Err(briefrail::Error::internal(
+        "the Brief did not land within 10 s",
     ))
 }

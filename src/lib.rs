@@ -15,6 +15,7 @@
 //! a build runs with it and commits the frame only if the token is still current.
 
 pub mod actors;
+pub mod backoff;
 pub mod build;
 pub mod config;
 pub mod db;

@@ -56,7 +56,7 @@ fn finish(result: briefrail::Result<()>) -> ExitCode {
         Err(e) => {
             eprintln!(
                 "briefrail: {}",
-                briefrail::secret::redact_urls(&e.to_string())
+                briefrail::secret::redact_urls(&briefrail::error::report(&e))
             );
             ExitCode::from(cli::exit_code(&e) as u8)
         }

@@ -32,10 +32,10 @@ pub async fn plant_mutation(url: &str) -> Result<()> {
     };
     let mut c = AsyncPgConnection::establish(url)
         .await
-        .map_err(|e| Error::Connection(e.to_string()))?;
+        .map_err(Error::connection)?;
     c.batch_execute(&sql)
         .await
-        .map_err(|e| Error::Migration(format!("the test mutation does not apply: {e}")))
+        .map_err(|e| Error::migration("the test mutation does not apply", Some(e.into())))
 }
 
 /// A database of one's own, migrated, dropped on drop.
@@ -62,7 +62,7 @@ impl TestDb {
     pub async fn connection(&self) -> Result<AsyncPgConnection> {
         AsyncPgConnection::establish(&self.url)
             .await
-            .map_err(|e| Error::Connection(e.to_string()))
+            .map_err(Error::connection)
     }
 }
 
@@ -115,7 +115,7 @@ pub async fn ensure_template(server: &str) -> Result<String> {
     let (_, admin_url) = admin::split_url(&admin::with_database(server, "postgres")?)?;
     let mut lock_conn = AsyncPgConnection::establish(&admin_url)
         .await
-        .map_err(|e| Error::Connection(e.to_string()))?;
+        .map_err(Error::connection)?;
     // One creator at a time across every test binary running now.
     lock_conn
         .batch_execute("SELECT pg_advisory_lock(727274)")

@@ -5,6 +5,7 @@
 
 mod common;
 
+use briefrail::ledger::RunStatus;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,7 +131,7 @@ async fn events_written_during_a_broker_outage_are_all_published_and_served() {
             reads::job(&mut c, firm, *m)
                 .await
                 .unwrap()
-                .filter(|j| !j.unserved() && j.run_status == "idle")
+                .filter(|j| !j.unserved() && j.run_status == RunStatus::Idle)
                 .map(|_| ())
         })
         .await;

@@ -4,6 +4,7 @@
 
 mod common;
 
+use briefrail::ledger::{ClaimKind, RunOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,7 +145,7 @@ async fn run_once(
             .await
             .unwrap()
             .into_iter()
-            .find(|r| r.outcome != "running")
+            .find(|r| r.outcome != RunOutcome::Running)
     })
     .await
 }
@@ -161,7 +162,7 @@ fn sh(script: &str) -> Arc<dyn Builder> {
 async fn the_command_builder_lands_stdout_and_fails_with_stderr() {
     let db = TestDb::new(8).await.unwrap();
     let ok = run_once(&db, sh("cat > /tmp/ctx.$$ && printf '{\"n\": %s}' $(grep -o '\"documents\"' /tmp/ctx.$$ | wc -l); rm /tmp/ctx.$$"), |_| {}).await;
-    assert_eq!(ok.outcome, "landed");
+    assert_eq!(ok.outcome, RunOutcome::Landed);
     let mut c = db.pool.get().await.unwrap();
     let frame = reads::latest_frame(&mut c, ok.firm_id, ok.matter_id)
         .await
@@ -179,7 +180,7 @@ async fn the_command_builder_lands_stdout_and_fails_with_stderr() {
         |_| {},
     )
     .await;
-    assert_eq!(exit.outcome, "failed");
+    assert_eq!(exit.outcome, RunOutcome::Failed);
     let e = exit.error.unwrap();
     assert!(
         e.contains("exit status: 3") && e.contains("model panel exploded"),
@@ -192,7 +193,7 @@ async fn the_command_builder_lands_stdout_and_fails_with_stderr() {
         |_| {},
     )
     .await;
-    assert_eq!(garbage.outcome, "failed");
+    assert_eq!(garbage.outcome, RunOutcome::Failed);
     assert!(garbage.error.unwrap().contains("no JSON frame"));
 
     let missing = run_once(
@@ -201,7 +202,7 @@ async fn the_command_builder_lands_stdout_and_fails_with_stderr() {
         |_| {},
     )
     .await;
-    assert_eq!(missing.outcome, "failed");
+    assert_eq!(missing.outcome, RunOutcome::Failed);
     assert!(missing.error.unwrap().contains("cannot start"));
 }
 
@@ -214,7 +215,7 @@ async fn a_timed_out_command_build_is_failed_and_its_child_killed() {
         pidfile.display()
     );
     let run = run_once(&db, sh(&script), |s| s.builder.timeout_seconds = 0.5).await;
-    assert_eq!(run.outcome, "failed");
+    assert_eq!(run.outcome, RunOutcome::Failed);
     assert!(run.error.unwrap().contains("timed out"));
     let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
     child_gone(&pid).await;
@@ -286,7 +287,7 @@ async fn a_fenced_command_build_has_its_child_killed() {
             node_id: "successor".into(),
             trace_id: None,
             event_ids: vec![],
-            demand_recorded: false,
+            kind: ClaimKind::NewDemand,
             max_attempts: 5,
         },
     )
@@ -300,7 +301,7 @@ async fn a_fenced_command_build_has_its_child_killed() {
             .await
             .unwrap()
             .into_iter()
-            .find(|r| r.token < successor.token && r.outcome == "fenced")
+            .find(|r| r.token < successor.token && r.outcome == RunOutcome::Fenced)
     })
     .await;
     assert!(fenced.error.unwrap_or_default().contains("heartbeat"));
@@ -336,7 +337,7 @@ async fn the_http_builder_takes_2xx_json_and_fails_other_statuses() {
     };
 
     let ok = run_once(&db, http("/ok"), |_| {}).await;
-    assert_eq!(ok.outcome, "landed");
+    assert_eq!(ok.outcome, RunOutcome::Landed);
     let mut c = db.pool.get().await.unwrap();
     assert_eq!(
         reads::latest_frame(&mut c, ok.firm_id, ok.matter_id)
@@ -349,7 +350,7 @@ async fn the_http_builder_takes_2xx_json_and_fails_other_statuses() {
 
     let boom = run_once(&db, http("/boom"), |_| {}).await;
     let e = boom.error.unwrap();
-    assert_eq!(boom.outcome, "failed");
+    assert_eq!(boom.outcome, RunOutcome::Failed);
     assert!(
         e.contains("500") && e.contains("panel down") && e.len() < 2600,
         "bounded excerpt: {} chars",
@@ -357,7 +358,7 @@ async fn the_http_builder_takes_2xx_json_and_fails_other_statuses() {
     );
 
     let slow = run_once(&db, http("/slow"), |s| s.builder.timeout_seconds = 0.5).await;
-    assert_eq!(slow.outcome, "failed");
+    assert_eq!(slow.outcome, RunOutcome::Failed);
     assert!(slow.error.unwrap().contains("timed out"));
     stop.stop(false).await;
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use briefrail::ledger::{ClaimKind, RunOutcome, RunStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ fn req(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
         node_id: NODE.into(),
         trace_id: None,
         event_ids: vec![],
-        demand_recorded: false,
+        kind: ClaimKind::NewDemand,
         max_attempts: 5,
     }
 }
@@ -39,7 +40,7 @@ fn long() -> Duration {
 /// A claim as a nudge makes it: the demand is already on the row; retries stop at `max_attempts`.
 fn nudged(firm: Uuid, matter: Uuid, max_attempts: u32) -> ClaimRequest {
     ClaimRequest {
-        demand_recorded: true,
+        kind: ClaimKind::ServeRecorded,
         max_attempts,
         ..req(firm, matter, long())
     }
@@ -130,7 +131,7 @@ async fn concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser(
     );
     assert_eq!(row.claimed_generation, winners[0].token);
     assert!(row.rebuild_needed, "the losers left the breadcrumb");
-    assert_eq!(row.run_status, "running");
+    assert_eq!(row.run_status, RunStatus::Running);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +153,7 @@ async fn a_zombie_commit_is_fenced_after_the_sweep() {
             .unwrap()
             .unwrap()
             .outcome,
-        "lease_expired"
+        RunOutcome::LeaseExpired
     );
 
     let successor = won(&db, firm, matter).await;
@@ -193,7 +194,7 @@ async fn a_zombie_commit_is_fenced_after_the_sweep() {
             .unwrap()
             .unwrap()
             .outcome,
-        "fenced"
+        RunOutcome::Fenced
     );
     let row = job(&db, firm, matter).await;
     assert_eq!(row.landed_generation, successor.token);
@@ -222,7 +223,7 @@ async fn a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep() {
             .unwrap()
             .unwrap()
             .outcome,
-        "lease_expired"
+        RunOutcome::LeaseExpired
     );
     assert!(
         matches!(
@@ -282,12 +283,8 @@ async fn twenty_demands_during_a_build_cost_exactly_one_follow_up() {
     assert!(follow_up.token > first.token);
     let row = job(&db, firm, matter).await;
     assert_eq!(
-        (
-            row.run_status.as_str(),
-            row.claimed_generation,
-            row.rebuild_needed
-        ),
-        ("running", follow_up.token, false)
+        (row.run_status, row.claimed_generation, row.rebuild_needed),
+        (RunStatus::Running, follow_up.token, false)
     );
     assert_eq!(
         commit(&db, &follow_up).await.expect("follow-up lands"),
@@ -365,7 +362,7 @@ async fn a_demand_racing_a_commit_is_never_dropped() {
             row.landed_generation, row.requested_generation,
             "every demand served: {row:?}"
         );
-        assert_eq!(row.run_status, "idle");
+        assert_eq!(row.run_status, RunStatus::Idle);
     }
     eprintln!(
         "{rounds} rounds: the demand won after the commit {won_after} times, was recorded during it {recorded_during} times"
@@ -452,7 +449,8 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
             .find(|r| r.token == f.generation)
             .expect("every frame has its run");
         assert_eq!(
-            run.outcome, "landed",
+            run.outcome,
+            RunOutcome::Landed,
             "frame {} has a run that is not landed",
             f.generation
         );
@@ -460,7 +458,7 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
     }
     for r in runs
         .iter()
-        .filter(|r| r.outcome == "fenced" || r.outcome == "lease_expired")
+        .filter(|r| r.outcome == RunOutcome::Fenced || r.outcome == RunOutcome::LeaseExpired)
     {
         assert!(
             !frames.iter().any(|f| f.generation == r.token),
@@ -469,7 +467,7 @@ async fn tokens_increase_and_frames_land_in_token_order_under_zombie_races() {
         );
     }
     assert!(
-        runs.iter().any(|r| r.outcome == "fenced"),
+        runs.iter().any(|r| r.outcome == RunOutcome::Fenced),
         "the race produced no zombie; the test proves nothing"
     );
 }
@@ -758,7 +756,7 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
                 .unwrap()
                 .unwrap()
                 .outcome,
-            "failed"
+            RunOutcome::Failed
         );
     }
     // ...but not after max_attempts consecutive failures.
@@ -772,8 +770,8 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     );
     let row = job(&db, firm, matter).await;
     assert_eq!(
-        (row.run_status.as_str(), row.consecutive_failures),
-        ("failed", 3)
+        (row.run_status, row.consecutive_failures),
+        (RunStatus::Failed, 3)
     );
     assert!(
         row.unserved(),
@@ -913,7 +911,7 @@ async fn a_matter_that_keeps_losing_its_lease_stops_being_retried_until_a_new_de
     assert!(t::claim(&mut c, &nudged).await.unwrap().is_none());
     let row = job(&db, firm, matter).await;
     assert!(
-        row.unserved() && row.run_status == "failed",
+        row.unserved() && row.run_status == RunStatus::Failed,
         "visible on the row"
     );
     // A new demand restarts the retries.
@@ -1398,4 +1396,49 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     };
     assert_eq!(job(&db, firm, matter).await.claimed_generation, next.token);
     assert_eq!(commit(&db, &next).await.unwrap(), Landed::Idle);
+}
+
+/// A retried commit whose earlier attempt landed (its answer lost at COMMIT) is settled by the
+/// ledger's `Commit`, with the follow-up claim that attempt made: the follow-up is built at
+/// once, not left to run out its lease and be swept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_landed_attempt_recovers_its_follow_up_claim() {
+    let db = TestDb::new(4).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = won(&db, firm, matter).await;
+    let mut c = db.pool.get().await.unwrap();
+    assert!(matches!(
+        t::claim_or_record(&mut c, &req(firm, matter, long()))
+            .await
+            .unwrap(),
+        ClaimOutcome::Recorded { .. }
+    ));
+    let frame = Frame::new(json!({"n": 1}));
+    let mut commit = t::Commit::new(first, NODE);
+    let Landed::FollowUp(follow_up) = commit.attempt(&db.pool, &frame).await.expect("lands") else {
+        panic!("a demand during the build must re-claim");
+    };
+    // The caller never heard that answer and tries again: the token has moved on.
+    let again = commit
+        .attempt(&db.pool, &frame)
+        .await
+        .expect("settled, not fenced");
+    assert_eq!(again, Landed::FollowUp(follow_up));
+    let run = reads::runs(&mut c, firm, matter, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.run_id == first.run_id)
+        .unwrap();
+    assert_eq!(
+        run.outcome,
+        RunOutcome::Landed,
+        "the run is not recorded fenced"
+    );
+    // A different commit of the same (stale) claim is fenced: only its own attempts settle.
+    let stranger = t::Commit::new(first, NODE).attempt(&db.pool, &frame).await;
+    assert!(
+        matches!(stranger, Err(Error::Fenced { .. })),
+        "{stranger:?}"
+    );
 }

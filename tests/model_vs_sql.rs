@@ -11,6 +11,7 @@ mod common;
 #[allow(dead_code)]
 mod model;
 
+use briefrail::ledger::ClaimKind;
 use std::time::Duration;
 
 use briefrail::ledger::outbox::{NewEvent, record_event};
@@ -185,7 +186,11 @@ async fn run(db: &TestDb, steps: &[Step], seen: &mut Reached) -> Result<(), (usi
         node_id: "model-vs-sql".into(),
         trace_id: None,
         event_ids: vec![],
-        demand_recorded: only_unserved,
+        kind: if only_unserved {
+            ClaimKind::ServeRecorded
+        } else {
+            ClaimKind::NewDemand
+        },
         max_attempts: MAX_ATTEMPTS as u32,
     };
     let fenced = |r: &briefrail::Result<()>| match r {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use briefrail::ledger::RunOutcome;
 use std::time::Duration;
 
 use briefrail::ledger::{RunRow, facts, reads};
@@ -60,7 +61,7 @@ impl Cluster {
         let firm = Uuid::new_v4();
         let matter = new_matter(&db, firm).await;
         let held = run_where(&db, firm, matter, 20, "a running build", |r| {
-            r.outcome == "running"
+            r.outcome == RunOutcome::Running
         })
         .await;
         Self {
@@ -100,7 +101,7 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
     // Another node takes the matter over; the stopped node resumes while that build still
     // runs (the row is `running` again, so only the claim's identity can refuse it).
     let taking_over = run_where(&db, firm, matter, 30, "another node to claim n+1", |r| {
-        r.token > held.token && r.outcome == "running"
+        r.token > held.token && r.outcome == RunOutcome::Running
     })
     .await;
     assert_ne!(taking_over.node_id, held.node_id);
@@ -111,12 +112,12 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
         matter,
         20,
         "the stopped node's run to end fenced",
-        |r| r.run_id == held.run_id && r.outcome == "fenced",
+        |r| r.run_id == held.run_id && r.outcome == RunOutcome::Fenced,
     )
     .await;
     assert_eq!(fenced.token, held.token);
     let successor = run_where(&db, firm, matter, 30, "another node to land n+1", |r| {
-        r.run_id == taking_over.run_id && r.outcome == "landed"
+        r.run_id == taking_over.run_id && r.outcome == RunOutcome::Landed
     })
     .await;
     assert_ne!(successor.node_id, held.node_id);
@@ -142,7 +143,7 @@ async fn a_sigstopped_node_is_fenced_and_then_works_normally() {
         next,
         30,
         "the resumed node to land a new matter",
-        |r| r.outcome == "landed",
+        |r| r.outcome == RunOutcome::Landed,
     )
     .await;
     assert_eq!(landed.node_id, survivor);
@@ -166,7 +167,7 @@ async fn a_node_killed_mid_build_is_taken_over_within_lease_and_sweep() {
     nodes[cluster.holder()].signal("-KILL");
     let killed_at = chrono::Utc::now();
     let successor = run_where(db, firm, matter, 20, "the other node to land", |r| {
-        r.token > held.token && r.outcome == "landed"
+        r.token > held.token && r.outcome == RunOutcome::Landed
     })
     .await;
     assert_ne!(successor.node_id, held.node_id);
@@ -181,7 +182,7 @@ async fn a_node_killed_mid_build_is_taken_over_within_lease_and_sweep() {
         r.run_id == held.run_id
     })
     .await;
-    assert_eq!(old.outcome, "lease_expired");
+    assert_eq!(old.outcome, RunOutcome::LeaseExpired);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,11 +221,11 @@ async fn sigterm_hands_the_claim_back_and_exits_zero_within_grace() {
     })
     .await;
     assert_eq!(
-        (old.outcome.as_str(), old.error.as_deref()),
-        ("failed", Some("node shutting down"))
+        (old.outcome, old.error.as_deref()),
+        (RunOutcome::Failed, Some("node shutting down"))
     );
     run_where(db, firm, matter, 20, "the successor to land", |r| {
-        r.token > held.token && r.outcome == "landed"
+        r.token > held.token && r.outcome == RunOutcome::Landed
     })
     .await;
 }

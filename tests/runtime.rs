@@ -2,6 +2,7 @@
 //! coalescing, heartbeats, memory that tracks active matters, restarts with cleared state.
 //! Waiting is on ledger conditions (polled), never on a sleep that merely happens to pass.
 
+use briefrail::ledger::{RunOutcome, RunStatus};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -144,7 +145,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
         matter,
         Duration::from_secs(10),
         "A's claim",
-        |j| j.run_status == "running",
+        |j| j.run_status == RunStatus::Running,
     )
     .await;
     let token_a = held.claimed_generation;
@@ -158,7 +159,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
         matter,
         Duration::from_secs(10),
         "B's claim",
-        |j| j.claimed_generation > token_a && j.run_status == "running",
+        |j| j.claimed_generation > token_a && j.run_status == RunStatus::Running,
     )
     .await;
     assert_eq!(
@@ -174,7 +175,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     let run_a = loop {
         let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
         let r = runs.into_iter().find(|r| r.token == token_a).unwrap();
-        if r.outcome == "fenced" {
+        if r.outcome == RunOutcome::Fenced {
             break r;
         }
         assert!(
@@ -187,7 +188,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     // Then B lands.
     open_b.send(true).unwrap();
     until_job(&db, firm, matter, Duration::from_secs(10), "B lands", |j| {
-        j.landed_generation == token_a + 1 && j.run_status == "idle"
+        j.landed_generation == token_a + 1 && j.run_status == RunStatus::Idle
     })
     .await;
     assert!(
@@ -226,7 +227,7 @@ async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up
         matter,
         Duration::from_secs(10),
         "the first claim",
-        |j| j.run_status == "running",
+        |j| j.run_status == RunStatus::Running,
     )
     .await;
     let mut c = db.pool.get().await.unwrap();
@@ -251,7 +252,7 @@ async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up
         matter,
         Duration::from_secs(10),
         "all served",
-        |j| j.run_status == "idle" && !j.unserved(),
+        |j| j.run_status == RunStatus::Idle && !j.unserved(),
     )
     .await;
     // Let any stray cycle the nudges could still start show up before counting.
@@ -303,25 +304,25 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
-        if let Some(r) = runs.iter().find(|r| r.outcome == "running") {
+        if let Some(r) = runs.iter().find(|r| r.outcome == RunOutcome::Running) {
             if r.heartbeat_at - r.started_at >= chrono::Duration::milliseconds(1000) {
                 break;
             }
         }
         assert!(
-            !runs.iter().any(|r| r.outcome == "landed"),
+            !runs.iter().any(|r| r.outcome == RunOutcome::Landed),
             "landed before a heartbeat was seen: {runs:#?}"
         );
         assert!(Instant::now() < deadline, "no heartbeat seen: {runs:#?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let j = until_job(&db, firm, matter, Duration::from_secs(15), "landed", |j| {
-        j.landed_generation > 0 && j.run_status == "idle"
+        j.landed_generation > 0 && j.run_status == RunStatus::Idle
     })
     .await;
     let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
     assert!(
-        runs.iter().all(|r| r.outcome == "landed"),
+        runs.iter().all(|r| r.outcome == RunOutcome::Landed),
         "never reclaimed, never fenced: {runs:#?}"
     );
     let first = runs.last().unwrap();
@@ -372,7 +373,7 @@ async fn ten_thousand_matters_land_and_idle_actors_are_stopped() {
             .await
             .unwrap()
             .map(|j| j.run_status);
-        if left == 0 && running.as_deref() == Some("idle") {
+        if left == 0 && running == Some(RunStatus::Idle) {
             break;
         }
         assert!(Instant::now() < deadline, "{left} matters still unserved");
@@ -414,7 +415,7 @@ async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
         matter,
         Duration::from_secs(10),
         "first landing",
-        |j| j.landed_generation > 0 && j.run_status == "idle",
+        |j| j.landed_generation > 0 && j.run_status == RunStatus::Idle,
     )
     .await;
     let key = MatterKey {
@@ -440,7 +441,7 @@ async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
         matter,
         Duration::from_secs(10),
         "served after the restart",
-        |j| j.landed_generation > first.landed_generation && j.run_status == "idle",
+        |j| j.landed_generation > first.landed_generation && j.run_status == RunStatus::Idle,
     )
     .await;
     let fresh = node

@@ -6,6 +6,7 @@
 
 mod common;
 
+use briefrail::ledger::{ClaimKind, RunOutcome, RunStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ fn nudged(firm: Uuid, matter: Uuid, lease: Duration) -> ClaimRequest {
         node_id: NODE.into(),
         trace_id: None,
         event_ids: vec![],
-        demand_recorded: true,
+        kind: ClaimKind::ServeRecorded,
         max_attempts: 5,
     }
 }
@@ -314,14 +315,14 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
     let outcome = run_build(&env, claim, None, vec![]).await;
     assert!(matches!(outcome, BuildOutcome::Failed(_)), "{outcome:?}");
     let run = reads::run(&mut c, claim.run_id).await.unwrap().unwrap();
-    assert_eq!(run.outcome, "failed");
+    assert_eq!(run.outcome, RunOutcome::Failed);
     let error = run.error.unwrap_or_default();
     assert!(
         error.contains("22P05"),
         "the run names the SQLSTATE: {error}"
     );
     let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
-    assert_eq!(job.run_status, "failed");
+    assert_eq!(job.run_status, RunStatus::Failed);
     assert!(
         job.consecutive_failures >= 1 && job.not_before.is_some(),
         "{job:?}"

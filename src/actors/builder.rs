@@ -15,9 +15,9 @@ use uuid::Uuid;
 
 use crate::build::{BuildContext, Builder};
 use crate::db::Pool;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::ledger::transitions::{self as t, Landed, RetryPolicy};
-use crate::ledger::{Claim, Frame};
+use crate::ledger::{Claim, Commit, Frame};
 use crate::metrics::Metrics;
 
 /// Upper bound on settling a build (commit, fail or release, with their retries).
@@ -218,7 +218,7 @@ pub async fn run_build(
         // Leaving this block drops the build future: a command builder's child is killed here.
     };
     // Settling talks to the ledger only; a half-open connection must not hold the slot forever.
-    let outcome = match tokio::time::timeout(SETTLE_TIMEOUT, settle(env, &claim, stopped)).await {
+    let outcome = match tokio::time::timeout(SETTLE_TIMEOUT, conclude(env, &claim, stopped)).await {
         Ok(o) => o,
         Err(_) => BuildOutcome::Unsettled(format!(
             "the ledger did not answer within {SETTLE_TIMEOUT:?}"
@@ -253,7 +253,8 @@ pub async fn run_build(
     outcome
 }
 
-async fn settle(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutcome {
+/// Closes the claim on the ledger according to how the build stopped.
+async fn conclude(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutcome {
     match stopped {
         Stopped::Built(Ok(frame)) => commit_with_retry(env, claim, frame).await,
         Stopped::Built(Err(e)) => fail(env, claim, &e.to_string(), e.is_permanent()).await,
@@ -289,53 +290,31 @@ async fn settle(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutcome
 /// How many times a commit is tried before a transient error counts as a failed build.
 const COMMIT_ATTEMPTS: u32 = 4;
 
-/// The commit, retried on transient errors: the compare-and-swap makes a retry safe, and an
-/// error at COMMIT itself is settled by reading the frame (inside [`t::commit`]). Errors are
-/// classified by what the database said: a refused frame or a constraint violation fails the
-/// claim at once (retrying cannot help); anything else is retried, and if it persists the
-/// claim is failed with its error (a failure, with backoff), never left to run out its lease.
+/// The commit, retried on transient errors: the compare-and-swap makes a retry safe, and the
+/// ledger's [`Commit`] settles an unknown outcome (also one an earlier attempt left). Errors are
+/// classified by what the database said: an input error (a refused frame, a constraint
+/// violation) fails the claim at once (retrying cannot help); anything else is retried, and if
+/// it persists the claim is failed with its error (a failure, with backoff), never left to run
+/// out its lease.
 async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> BuildOutcome {
-    let mut delay = Duration::from_millis(100);
-    for attempt in 1..=COMMIT_ATTEMPTS {
-        match t::commit(&env.pool, claim, &env.node_id, &frame).await {
+    let mut commit = Commit::new(*claim, &env.node_id);
+    let mut delays = crate::backoff::delays(Duration::from_millis(100), Duration::from_secs(2));
+    loop {
+        match commit.attempt(&env.pool, &frame).await {
             Ok(landed) => return BuildOutcome::Landed(landed),
-            // A retry after an error at COMMIT: the first attempt may have landed (and the
-            // token moved on). The frame says which.
-            Err(Error::Fenced { .. }) if attempt > 1 && landed_earlier(env, claim).await => {
-                tracing::warn!(
-                    "an earlier commit attempt had landed; a follow-up it claimed is recovered by the sweep"
-                );
-                return BuildOutcome::Landed(Landed::Idle);
-            }
             Err(Error::Fenced { .. }) => return BuildOutcome::Fenced,
             Err(e) if e.is_permanent() => {
                 return fail(env, claim, &format!("commit refused: {e}"), true).await;
             }
-            Err(e) if attempt == COMMIT_ATTEMPTS => {
+            Err(e) if commit.attempts() >= COMMIT_ATTEMPTS => {
                 let message = format!("commit failed {COMMIT_ATTEMPTS} times: {e}");
                 return fail(env, claim, &message, false).await;
             }
             Err(e) => {
-                tracing::warn!(attempt, error = %e, "commit failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
+                tracing::warn!(attempt = commit.attempts(), error = %e, "commit failed; retrying");
+                tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(2))).await;
             }
         }
-    }
-    unreachable!("the last attempt returns")
-}
-
-/// Whether this claim's own frame is in the ledger.
-async fn landed_earlier(env: &BuildEnv, claim: &Claim) -> bool {
-    match env.pool.get().await {
-        Ok(mut c) => {
-            crate::ledger::reads::frame_meta(&mut c, claim.firm_id, claim.matter_id, claim.token)
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|f| f.run_id == claim.run_id)
-        }
-        Err(_) => false,
     }
 }
 
@@ -359,7 +338,7 @@ enum Close<'a> {
 /// fenced by token, so a retry can never close someone else's claim.
 async fn ledger_call(env: &BuildEnv, claim: &Claim, close: Close<'_>) -> crate::Result<()> {
     let mut delay = Duration::from_millis(100);
-    let mut last = Error::Connection("no attempt".into());
+    let mut last = Error::internal("no attempt was made");
     for _ in 0..4 {
         let result = match env.pool.get().await {
             Ok(mut c) => match close {
@@ -374,7 +353,7 @@ async fn ledger_call(env: &BuildEnv, claim: &Claim, close: Close<'_>) -> crate::
             Err(e) => Err(e.into()),
         };
         match result {
-            Err(e @ (Error::Database(_) | Error::Connection(_))) if !e.is_permanent() => last = e,
+            Err(e) if e.kind() == ErrorKind::Transient => last = e,
             other => return other,
         }
         tokio::time::sleep(delay).await;

@@ -20,8 +20,8 @@ use uuid::Uuid;
 use super::builder::{BuildDone, BuildOutcome, RunBuild, Slot};
 use super::node::NodeContext;
 use super::supervisor::{Idle, MatterKey, Nudge, Supervisor};
-use crate::ledger::Claim;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
+use crate::ledger::{Claim, ClaimKind};
 use crate::metrics::Metrics;
 use crate::trace::Traceparent;
 
@@ -175,7 +175,7 @@ async fn claim_cycle(
         trace_id: trace_id.clone(),
         event_ids: pending.event_ids.clone(),
         // A nudge is a hint that follows a demand the trigger already recorded.
-        demand_recorded: true,
+        kind: ClaimKind::ServeRecorded,
         max_attempts: node.settings.retry.max_attempts,
     };
     match t::claim_or_record(&mut conn, &req).await {

@@ -108,7 +108,7 @@ impl Node {
         self.sweeper
             .send(SweepNow)
             .await
-            .map_err(|e| Error::InvalidInput(format!("sweeper: {e}")))?
+            .map_err(|e| Error::internal_from("the sweeper did not answer", e))?
     }
 
     /// Matter actors alive now.

@@ -35,7 +35,7 @@ impl Builder for CommandBuilder {
                 permanent: true,
             })?;
             let input = serde_json::to_vec(&ctx.to_json().await?)
-                .map_err(|e| Error::InvalidInput(format!("build context: {e}")))?;
+                .map_err(|e| Error::internal_from("serialising the build context", e))?;
             let mut child = tokio::process::Command::new(program)
                 .args(args)
                 .env("BRIEFRAIL_TOKEN", ctx.token.to_string())

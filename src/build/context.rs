@@ -86,6 +86,6 @@ impl BuildContext {
             documents,
         };
         serde_json::to_value(doc)
-            .map_err(|e| crate::Error::InvalidInput(format!("build context: {e}")))
+            .map_err(|e| crate::Error::internal_from("serialising the build context", e))
     }
 }

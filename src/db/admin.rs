@@ -4,7 +4,6 @@
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use crate::error::{Error, Result};
-use crate::secret::redact_urls;
 
 /// The database name in a postgres URL, and the same URL pointed at the `postgres` database.
 pub fn split_url(url: &str) -> Result<(String, String)> {
@@ -33,7 +32,7 @@ fn quote_ident(name: &str) -> String {
 async fn admin_conn(admin_url: &str) -> Result<AsyncPgConnection> {
     AsyncPgConnection::establish(admin_url)
         .await
-        .map_err(|e| Error::Connection(redact_urls(&e.to_string())))
+        .map_err(Error::connection)
 }
 
 #[derive(diesel::QueryableByName)]

@@ -10,7 +10,6 @@ use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::error::{Error, Result};
-use crate::secret::redact_urls;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -20,7 +19,7 @@ pub async fn run_pending(url: &str) -> Result<Vec<String>> {
     on_migration_thread(url, |conn| {
         let applied = conn
             .run_pending_migrations(MIGRATIONS)
-            .map_err(|e| Error::Migration(e.to_string()))?;
+            .map_err(|e| Error::migration("applying the pending migrations", Some(e)))?;
         Ok(applied.iter().map(|v| v.to_string()).collect())
     })
     .await
@@ -31,7 +30,7 @@ pub async fn pending(url: &str) -> Result<Vec<String>> {
     on_migration_thread(url, |conn| {
         let pending = conn
             .pending_migrations(MIGRATIONS)
-            .map_err(|e| Error::Migration(e.to_string()))?;
+            .map_err(|e| Error::migration("reading the applied migrations", Some(e)))?;
         Ok(pending
             .iter()
             .map(|m| m.name().version().to_string())
@@ -51,10 +50,11 @@ async fn on_migration_thread<T: Send + 'static>(
         .name("briefrail-migrate".into())
         .spawn(move || {
             let result = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
-                .map_err(|e| Error::Migration(redact_urls(&e.to_string())))
+                .map_err(Error::connection)
                 .and_then(|mut conn| f(&mut conn));
             let _ = tx.send(result);
-        })?;
+        })
+        .map_err(|e| Error::io("starting the migration thread", e))?;
     rx.await
-        .map_err(|_| Error::Migration("the migration thread died".into()))?
+        .map_err(|e| Error::internal_from("the migration thread died", e))?
 }

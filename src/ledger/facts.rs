@@ -166,9 +166,9 @@ async fn live_matter(
         None => Err(Error::NotFound(format!(
             "matter {matter_id} of firm {firm_id}"
         ))),
-        Some(r) if r.archived_at.is_some() => Err(Error::InvalidInput(format!(
-            "matter {matter_id} is archived"
-        ))),
+        Some(r) if r.archived_at.is_some() => {
+            Err(Error::Conflict(format!("matter {matter_id} is archived")))
+        }
         Some(r) => Ok(r),
     }
 }

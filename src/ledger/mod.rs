@@ -24,16 +24,18 @@
 //! build at the same time; only the successor's commit lands, and the zombie learns at its
 //! next heartbeat or at its commit.
 
+pub mod commit;
 pub mod event_name;
 pub mod facts;
 pub mod inbox;
 pub mod models;
 pub mod outbox;
 pub mod reads;
+pub mod states;
 pub mod transitions;
 
+pub use commit::{Commit, ExtraWrites, Frame, Landed};
 pub use event_name::EventName;
 pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
-pub use transitions::{
-    ClaimOutcome, ClaimRequest, ExtraWrites, Frame, Landed, MatterRef, RetryPolicy,
-};
+pub use states::{ClaimKind, RunOutcome, RunStatus};
+pub use transitions::{ClaimOutcome, ClaimRequest, MatterRef, RetryPolicy};

@@ -5,6 +5,7 @@ use diesel::prelude::*;
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::states::{RunOutcome, RunStatus};
 use crate::schema::{ops, record};
 
 /// A claim this process holds: the fencing token and the run that records the attempt.
@@ -24,7 +25,7 @@ pub struct Claim {
 pub struct JobRow {
     pub firm_id: Uuid,
     pub matter_id: Uuid,
-    pub run_status: String,
+    pub run_status: RunStatus,
     pub rebuild_needed: bool,
     pub requested_generation: i64,
     pub claimed_generation: i64,
@@ -63,7 +64,7 @@ pub struct RunRow {
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
-    pub outcome: String,
+    pub outcome: RunOutcome,
     pub error: Option<String>,
     pub trace_id: Option<String>,
     pub event_ids: Vec<Option<Uuid>>,

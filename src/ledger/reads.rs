@@ -7,6 +7,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::models::{FrameMeta, FrameRow, JobRow, RunRow};
+use super::states::RunOutcome;
 use crate::error::Result;
 use crate::schema::ops;
 
@@ -210,7 +211,7 @@ pub async fn unserved_jobs(conn: &mut AsyncPgConnection, limit: i64) -> Result<V
 /// Recent runs with one of `outcomes`, newest first (the status page).
 pub async fn recent_runs(
     conn: &mut AsyncPgConnection,
-    outcomes: &[&str],
+    outcomes: &[RunOutcome],
     limit: i64,
 ) -> Result<Vec<RunRow>> {
     use ops::matter_frame_runs::dsl as r;

@@ -15,16 +15,15 @@
 use std::time::Duration;
 
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Uuid as SqlUuid};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use futures_util::future::BoxFuture;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+pub use super::commit::{Commit, ExtraWrites, Frame, Landed, commit, settle};
 use super::models::Claim;
-use crate::db::Pool;
+use super::states::{ClaimKind, RunStatus};
 use crate::error::{Error, Result};
-use crate::schema::ops;
 
-mod sql {
+pub(super) mod sql {
     use super::*;
 
     diesel::define_sql_function! {
@@ -89,16 +88,10 @@ pub struct ClaimRequest {
     pub trace_id: Option<String>,
     /// Event ids of the coalesced demands this build serves, recorded on the run.
     pub event_ids: Vec<Uuid>,
-    /// The demand this claim serves is already on the row (the trigger recorded it with
-    /// [`demand`] before nudging). Then a row whose demand is all served is not claimed (a stale
-    /// or duplicated nudge costs no build), and a lost claim records nothing more (the running
-    /// build's commit already knows of the demand): without this, every node that heard a burst
-    /// would add its own follow-up. `false` is the protocol's plain claim, which is itself a
-    /// demand: it always bumps the dispenser and restarts the retries of a failing matter, and
-    /// a lost one is recorded on the running row (restarting them too). Retries (reconcile's
-    /// nudges) are not demands: they claim with `true`.
-    pub demand_recorded: bool,
-    /// With [`demand_recorded`](Self::demand_recorded): a row that has failed this many times
+    /// A new demand, or serving the demands already recorded (the trigger's and every retry's
+    /// claim: without it, every node that heard a burst would add its own follow-up).
+    pub kind: ClaimKind,
+    /// With [`ClaimKind::ServeRecorded`]: a row that has failed this many times
     /// in a row is not claimed, whoever nudged (reconcile, the sweeper after a lease expired, a
     /// late nudge): retries stop until a new demand restarts them. The retry policy's
     /// `max_attempts`. A plain claim is a new demand and ignores it.
@@ -129,7 +122,7 @@ pub async fn demand(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid
     let r: Option<i64> = diesel::select(sql::demand(firm_id, matter_id, None::<i64>))
         .get_result(conn)
         .await?;
-    r.ok_or_else(|| Error::InvalidInput("a demand without an event is never covered".into()))
+    r.ok_or_else(|| Error::internal("a demand without an event came back covered"))
 }
 
 /// **demand** for an event recorded by transaction `xact` (the outbox row's `xact_id`).
@@ -160,7 +153,7 @@ pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<O
         &req.node_id,
         req.trace_id.as_deref(),
         &req.event_ids,
-        req.demand_recorded,
+        req.kind.only_unserved(),
         i32::try_from(req.max_attempts).unwrap_or(i32::MAX),
     ))
     .get_result(conn)
@@ -193,9 +186,9 @@ pub enum ClaimOutcome {
     /// A live build holds the matter; this demand is recorded on its row (`rebuild_needed`), so
     /// the build's commit will re-claim for it.
     Recorded { requested_generation: i64 },
-    /// Only with [`ClaimRequest::demand_recorded`]: every demand is already served.
+    /// Only with [`ClaimKind::ServeRecorded`]: every demand is already served.
     Served,
-    /// Only with [`ClaimRequest::demand_recorded`]: the matter failed `max_attempts` times in a
+    /// Only with [`ClaimKind::ServeRecorded`]: the matter failed `max_attempts` times in a
     /// row; it waits for a new demand (the row shows it as unserved and failed).
     RetriesExhausted { consecutive_failures: i32 },
     /// The record says the matter is archived: the rail builds it no more, on any node.
@@ -218,11 +211,11 @@ pub async fn claim_or_record(
         if super::facts::is_archived(conn, req.firm_id, req.matter_id).await? {
             return Ok(ClaimOutcome::Archived);
         }
-        if req.demand_recorded {
+        if req.kind == ClaimKind::ServeRecorded {
             // Not claimed: either a live build holds the matter (and the demand is on its row)
             // or every demand is served. Anything else changed in between: claim again.
             match super::reads::job(conn, req.firm_id, req.matter_id).await? {
-                Some(j) if j.run_status == "running" => {
+                Some(j) if j.run_status == RunStatus::Running => {
                     return Ok(ClaimOutcome::Recorded {
                         requested_generation: j.requested_generation,
                     });
@@ -244,7 +237,7 @@ pub async fn claim_or_record(
             });
         }
     }
-    Err(Error::InvalidInput(format!(
+    Err(Error::internal(format!(
         "claim of matter {} did not settle after 1000 rounds",
         req.matter_id
     )))
@@ -261,182 +254,6 @@ pub async fn heartbeat(conn: &mut AsyncPgConnection, claim: &Claim) -> Result<()
     .get_result(conn)
     .await?;
     if current { Ok(()) } else { Err(fenced(claim)) }
-}
-
-/// Writes an embedding application adds to the fenced commit: they run inside the commit's
-/// transaction after the compare-and-swap succeeded, so they land only if the token is current
-/// and roll back with the frame otherwise.
-/// It may be called more than once if a commit is retried after a transient error (each call
-/// in a fresh transaction), so it must not consume its inputs.
-pub type ExtraWrites = Box<
-    dyn for<'c> Fn(&'c mut AsyncPgConnection, Claim) -> BoxFuture<'c, Result<()>> + Send + Sync,
->;
-
-/// What a build produced.
-pub struct Frame {
-    /// The Brief (or any derived artifact) as JSON; stored in `ops.matter_frames.body`.
-    pub body: serde_json::Value,
-    /// The embedding application's own writes, fenced with the frame.
-    pub extra: Option<ExtraWrites>,
-}
-
-impl Frame {
-    pub fn new(body: serde_json::Value) -> Self {
-        Self { body, extra: None }
-    }
-    pub fn with_extra(mut self, extra: ExtraWrites) -> Self {
-        self.extra = Some(extra);
-        self
-    }
-}
-
-impl std::fmt::Debug for Frame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Frame")
-            .field("body", &self.body)
-            .field("extra", &self.extra.is_some())
-            .finish()
-    }
-}
-
-/// What a landed commit left behind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Landed {
-    /// The frame landed and no demand was pending: the row is idle.
-    Idle,
-    /// The frame landed and demands had piled up during the build: the commit re-claimed the
-    /// matter in the same statement. Build again, at once, with this claim.
-    FollowUp(Claim),
-}
-
-/// **commit**: the compare-and-swap on the claim's identity, the frame insert and the
-/// application's extra writes, in one transaction. `Err(Fenced)` when the claim is stale:
-/// nothing was written, and the run is recorded `fenced`. `Err(FrameRefused)` when the
-/// database refused the frame's body (its SQLSTATE says why): nothing was written; fail the
-/// claim, retrying cannot help.
-///
-/// Which errors leave the outcome unknown is decided by where they happened, not guessed from
-/// their kind: an error before COMMIT means the transaction rolled back (the server aborts a
-/// transaction on any error, and on a lost connection); only an error *at* COMMIT may hide a
-/// commit that happened, and that one is settled by reading the frame for this claim, never by
-/// building again blindly.
-pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) -> Result<Landed> {
-    let mut conn = pool.get().await?;
-    let next_run_id = Uuid::new_v4();
-    let c = *claim;
-    let node = node_id.to_owned();
-    let Frame { body, extra } = frame;
-    // jsonb is parsed from text inside ops.insert_frame, where a refusal keeps its SQLSTATE.
-    let body = serde_json::to_string(body)
-        .map_err(|e| Error::InvalidInput(format!("the frame is not serialisable: {e}")))?;
-    let reached_commit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let at_commit = reached_commit.clone();
-    let result = conn
-        .transaction(async move |tx| {
-            let after: Option<i64> = diesel::select(sql::commit_claim(
-                c.firm_id,
-                c.matter_id,
-                c.token,
-                c.run_id,
-                next_run_id,
-                &node,
-            ))
-            .get_result(tx)
-            .await?;
-            let Some(after) = after else {
-                return Err(fenced(&c));
-            };
-            let refused: Option<String> = diesel::select(sql::insert_frame(
-                c.firm_id,
-                c.matter_id,
-                c.token,
-                c.run_id,
-                &body,
-            ))
-            .get_result(tx)
-            .await?;
-            if let Some(why) = refused {
-                return Err(Error::FrameRefused(why));
-            }
-            if let Some(extra) = extra {
-                extra(tx, c).await?;
-                if after != 0 {
-                    // The follow-up's lease starts now, not before the application's writes.
-                    diesel::select(sql::start_lease(c.firm_id, c.matter_id, next_run_id))
-                        .get_result::<bool>(tx)
-                        .await?;
-                }
-            }
-            at_commit.store(true, std::sync::atomic::Ordering::SeqCst);
-            Ok(landed_from(&c, after, next_run_id))
-        })
-        .await;
-    match result {
-        Err(Error::Fenced { .. }) => {
-            let why = format!(
-                "commit refused: token {} (run {}) is no longer the current claim",
-                c.token, c.run_id
-            );
-            record_fenced(&mut conn, c.run_id, &why).await?;
-            Err(fenced(&c))
-        }
-        Err(e)
-            if std::sync::atomic::AtomicBool::load(
-                &reached_commit,
-                std::sync::atomic::Ordering::SeqCst,
-            ) =>
-        {
-            drop(conn);
-            // The error came from COMMIT itself: read what the ledger holds, on a fresh
-            // connection (the one that failed may be gone).
-            tracing::warn!(error = %e, "commit outcome unknown; settling it from the ledger");
-            let mut fresh = pool.get().await?;
-            settle(&mut fresh, &c, next_run_id).await?.ok_or(e)
-        }
-        other => other,
-    }
-}
-
-use diesel::ExpressionMethods;
-
-fn landed_from(c: &Claim, after: i64, next_run_id: Uuid) -> Landed {
-    if after == 0 {
-        Landed::Idle
-    } else {
-        Landed::FollowUp(Claim {
-            firm_id: c.firm_id,
-            matter_id: c.matter_id,
-            token: after,
-            run_id: next_run_id,
-        })
-    }
-}
-
-/// Settles a commit whose outcome is unknown, by reading what the ledger holds for this token.
-/// `Some(landed)` if the frame is there (with the follow-up claim if the commit made one),
-/// `None` if it is not (the commit did not happen; the caller reports the original error).
-pub async fn settle(
-    conn: &mut AsyncPgConnection,
-    claim: &Claim,
-    next_run_id: Uuid,
-) -> Result<Option<Landed>> {
-    use diesel::{OptionalExtension, QueryDsl};
-    let frame = super::reads::frame_meta(conn, claim.firm_id, claim.matter_id, claim.token).await?;
-    // The frame must be this claim's own (same run), not one a reused token number landed.
-    if frame.is_none_or(|f| f.run_id != claim.run_id) {
-        return Ok(None);
-    }
-    let follow_up: Option<i64> = ops::matter_frame_runs::table
-        .filter(ops::matter_frame_runs::run_id.eq(next_run_id))
-        .filter(ops::matter_frame_runs::outcome.eq("running"))
-        .select(ops::matter_frame_runs::token)
-        .first(conn)
-        .await
-        .optional()?;
-    Ok(Some(match follow_up {
-        Some(token) => landed_from(claim, token, next_run_id),
-        None => Landed::Idle,
-    }))
 }
 
 /// **fail**: the build ended without a frame. Fenced by token; sets the backoff; the run is
@@ -548,7 +365,7 @@ pub async fn unserved(
     )
 }
 
-fn fenced(c: &Claim) -> Error {
+pub(super) fn fenced(c: &Claim) -> Error {
     Error::Fenced {
         firm_id: c.firm_id,
         matter_id: c.matter_id,
@@ -557,23 +374,6 @@ fn fenced(c: &Claim) -> Error {
 }
 
 /// Run errors are for operators; a runaway stderr must not bloat the ledger.
-fn bounded(s: &str) -> &str {
+pub(super) fn bounded(s: &str) -> &str {
     crate::error::clip(s, 4000)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_frame_shows_its_body_and_whether_it_carries_extra_writes() {
-        let plain = format!("{:?}", Frame::new(serde_json::json!({"summary": "ok"})));
-        assert!(
-            plain.contains("summary") && plain.contains("extra: false"),
-            "{plain}"
-        );
-        let extra: ExtraWrites = Box::new(|_, _| Box::pin(async { Ok(()) }));
-        let with = format!("{:?}", Frame::new(serde_json::json!({})).with_extra(extra));
-        assert!(with.contains("extra: true"), "{with}");
-    }
 }

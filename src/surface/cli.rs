@@ -141,11 +141,8 @@ pub enum BriefCommand {
 
 /// Exit code for an error: 2 when the input (arguments, config, ids) is wrong, 1 otherwise.
 pub fn exit_code(e: &Error) -> i32 {
-    match e {
-        Error::Config(_)
-        | Error::InvalidInput(_)
-        | Error::InvalidEventName { .. }
-        | Error::NotFound(_) => 2,
+    match e.kind() {
+        crate::error::ErrorKind::Input => 2,
         _ => 1,
     }
 }
@@ -235,7 +232,7 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             let status = reads::status(&mut conn, matter.firm, matter.matter, runs).await?;
             if json {
                 let text = serde_json::to_string_pretty(&status)
-                    .map_err(|e| Error::InvalidInput(format!("status is not serializable: {e}")))?;
+                    .map_err(|e| Error::internal_from("serialising the status", e))?;
                 println!("{text}");
             } else {
                 print!("{}", render_status(&status));

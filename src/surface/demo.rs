@@ -24,7 +24,7 @@ use crate::db::{self, Pool, admin};
 use crate::error::{Error, Result};
 use crate::ledger::facts::{self, NewDocument};
 use crate::ledger::transitions as t;
-use crate::ledger::{Frame, RunRow, reads};
+use crate::ledger::{Frame, RunOutcome, RunRow, RunStatus, reads};
 use crate::metrics::Metrics;
 use crate::secret::SecretUrl;
 use crate::transport::postgres::{PgTransport, PgTransportOptions};
@@ -88,12 +88,12 @@ async fn until_served(pool: &Pool, firm: Uuid, matter: Uuid, limit: Duration) ->
     loop {
         let mut c = pool.get().await?;
         if let Some(j) = reads::job(&mut c, firm, matter).await? {
-            if !j.unserved() && j.run_status == "idle" {
+            if !j.unserved() && j.run_status == RunStatus::Idle {
                 return Ok(());
             }
         }
         if Instant::now() > deadline {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::internal(format!(
                 "matter {matter} was not served within {limit:?}"
             )));
         }
@@ -108,12 +108,12 @@ async fn until_running(pool: &Pool, firm: Uuid, matter: Uuid, after_token: i64) 
         if let Some(r) = runs(pool, firm, matter)
             .await?
             .into_iter()
-            .find(|r| r.outcome == "running" && r.token > after_token)
+            .find(|r| r.outcome == RunOutcome::Running && r.token > after_token)
         {
             return Ok(r);
         }
         if Instant::now() > deadline {
-            return Err(Error::InvalidInput("no build started within 20 s".into()));
+            return Err(Error::internal("no build started within 20 s"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -345,14 +345,12 @@ pub async fn run(base: &Settings) -> Result<()> {
         let rs = runs(&pool, firm, matter).await?;
         if let Some(r) = rs
             .iter()
-            .find(|r| r.token > zombie_token && r.outcome == "running")
+            .find(|r| r.token > zombie_token && r.outcome == RunOutcome::Running)
         {
             break r.clone();
         }
         if start.elapsed() > Duration::from_secs(50) {
-            return Err(Error::InvalidInput(
-                "worker-b never took the matter over".into(),
-            ));
+            return Err(Error::internal("worker-b never took the matter over"));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
@@ -368,14 +366,12 @@ pub async fn run(base: &Settings) -> Result<()> {
         let rs = runs(&pool, firm, matter).await?;
         if let Some(r) = rs
             .iter()
-            .find(|r| r.token == zombie_token && r.outcome == "fenced")
+            .find(|r| r.token == zombie_token && r.outcome == RunOutcome::Fenced)
         {
             break r.clone();
         }
         if start.elapsed() > Duration::from_secs(55) {
-            return Err(Error::InvalidInput(
-                "worker-a's write was never settled".into(),
-            ));
+            return Err(Error::internal("worker-a's write was never settled"));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
@@ -389,12 +385,12 @@ pub async fn run(base: &Settings) -> Result<()> {
         let rs = runs(&pool, firm, matter).await?;
         if let Some(r) = rs
             .iter()
-            .find(|r| r.run_id == taking_over.run_id && r.outcome == "landed")
+            .find(|r| r.run_id == taking_over.run_id && r.outcome == RunOutcome::Landed)
         {
             break r.clone();
         }
         if start.elapsed() > Duration::from_secs(58) {
-            return Err(Error::InvalidInput("worker-b's build never landed".into()));
+            return Err(Error::internal("worker-b's build never landed"));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
@@ -450,7 +446,7 @@ pub async fn run(base: &Settings) -> Result<()> {
     println!("\nGuarantees:");
     let landed_ok = frames.iter().all(|f| {
         all.iter()
-            .any(|r| r.token == f.generation && r.outcome == "landed")
+            .any(|r| r.token == f.generation && r.outcome == RunOutcome::Landed)
     });
     tl.check(
         landed_ok,
@@ -458,7 +454,7 @@ pub async fn run(base: &Settings) -> Result<()> {
     );
     tl.check(
         !all.iter().any(|r| {
-            (r.outcome == "fenced" || r.outcome == "lease_expired")
+            (r.outcome == RunOutcome::Fenced || r.outcome == RunOutcome::LeaseExpired)
                 && frames.iter().any(|f| f.generation == r.token)
         }),
         "no fenced or expired run has a frame",
@@ -484,7 +480,7 @@ pub async fn run(base: &Settings) -> Result<()> {
     if tl.failures.is_empty() {
         Ok(())
     } else {
-        Err(Error::InvalidInput(format!(
+        Err(Error::internal(format!(
             "guarantee broken: {}",
             tl.failures.join("; ")
         )))

@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::config::{Settings, TransportKind};
 use crate::db::Pool;
 use crate::error::{Error, Result};
-use crate::ledger::{facts, reads};
+use crate::ledger::{RunOutcome, facts, reads};
 use crate::metrics::Metrics;
 
 /// What the handlers share.
@@ -55,12 +55,12 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     .workers(1)
     .disable_signals()
     .bind(&bind)
-    .map_err(|e| Error::InvalidInput(format!("http.bind {bind}: {e}")))?;
+    .map_err(|e| Error::io(format!("http.bind {bind}"), e))?;
     let addr = server
         .addrs()
         .first()
         .copied()
-        .ok_or_else(|| Error::InvalidInput(format!("http.bind {bind}: no address")))?;
+        .ok_or_else(|| Error::internal(format!("http.bind {bind}: bound to no address")))?;
     let server = server.run();
     let handle = server.handle();
     actix_rt::spawn(server);
@@ -95,11 +95,13 @@ fn unauthorized() -> HttpResponse {
 }
 
 fn error_response(e: &Error) -> HttpResponse {
-    let status = match e {
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::InvalidInput(_) | Error::InvalidEventName { .. } => StatusCode::CONFLICT,
-        Error::Connection(_) | Error::Database(_) => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    use crate::error::ErrorKind;
+    let status = match (e, e.kind()) {
+        (Error::NotFound(_), _) => StatusCode::NOT_FOUND,
+        (_, ErrorKind::Input) => StatusCode::UNPROCESSABLE_ENTITY,
+        (_, ErrorKind::Conflict) => StatusCode::CONFLICT,
+        (_, ErrorKind::Transient) => StatusCode::SERVICE_UNAVAILABLE,
+        (_, ErrorKind::Internal) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     HttpResponse::build(status).json(json!({"error": crate::secret::redact_urls(&e.to_string())}))
 }
@@ -298,8 +300,8 @@ async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
         let mut c = state.pool.get().await?;
         let g = reads::gauges(&mut c).await?;
         let unserved = reads::unserved_jobs(&mut c, 50).await?;
-        let running = reads::recent_runs(&mut c, &["running"], 50).await?;
-        let bad = reads::recent_runs(&mut c, &["fenced", "failed", "lease_expired"], 30).await?;
+        let running = reads::recent_runs(&mut c, &[RunOutcome::Running], 50).await?;
+        let bad = reads::recent_runs(&mut c, RunOutcome::TROUBLE, 30).await?;
         Ok::<_, Error>((g, unserved, running, bad))
     }
     .await;
@@ -341,7 +343,7 @@ async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             j.firm_id,
             j.matter_id,
-            esc(&j.run_status),
+            esc(j.run_status.as_str()),
             j.requested_generation,
             j.landed_generation,
             j.consecutive_failures,
@@ -367,7 +369,7 @@ async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
             "<tr><td>{}</td><td>{}</td><td class=bad>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             r.matter_id,
             r.token,
-            esc(&r.outcome),
+            esc(r.outcome.as_str()),
             esc(&r.node_id),
             r.started_at.to_rfc3339(),
             esc(r.error.as_deref().unwrap_or(""))

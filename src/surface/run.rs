@@ -28,11 +28,14 @@ pub async fn run(
     let url = settings.database.url.clone();
     let pending = db::migrate::pending(url.expose()).await?;
     if !pending.is_empty() {
-        return Err(Error::Migration(format!(
-            "{} migration(s) pending ({}): run `briefrail migrate` first",
-            pending.len(),
-            pending.join(", ")
-        )));
+        return Err(Error::migration(
+            format!(
+                "{} migration(s) pending ({}): run `briefrail migrate` first",
+                pending.len(),
+                pending.join(", ")
+            ),
+            None,
+        ));
     }
     let pool = db::connect(&db::PoolOptions::from(&settings.database)).await?;
     let metrics = Arc::new(Metrics::default());

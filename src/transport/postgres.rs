@@ -68,7 +68,7 @@ async fn listen_loop(opts: PgTransportOptions, supervisor: Addr<Supervisor>) {
 async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Result<()> {
     let mut conn = AsyncPgConnection::establish(opts.url.expose())
         .await
-        .map_err(|e| Error::Connection(crate::secret::redact_urls(&e.to_string())))?;
+        .map_err(Error::connection)?;
     diesel::sql_query(format!("LISTEN {CHANNEL}"))
         .execute(&mut conn)
         .await?;
@@ -85,7 +85,7 @@ async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Res
             n = notifications.next() => match n {
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e.into()),
-                None => return Err(Error::Connection("notification stream ended".into())),
+                None => return Err(Error::connection("notification stream ended")),
             },
             () = tokio::time::sleep(opts.poll) => {}
         }

@@ -23,6 +23,7 @@ use lapin::{Channel, Confirmation};
 use super::{AmqpOptions, broker, connect, message};
 use crate::actors::Nudge;
 use crate::actors::supervisor::{MatterKey, Supervisor};
+use crate::backoff::Reconnect;
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{self, Applied, BRIEF_RAIL, EventEnvelope};
 use crate::metrics::Metrics;
@@ -46,17 +47,18 @@ impl Actor for TriggerConsumer {
         let (opts, supervisor) = (self.opts.clone(), self.supervisor.clone());
         ctx.spawn(
             async move {
-                let mut backoff = Duration::from_millis(200);
+                let mut wait = Reconnect::new(Duration::from_millis(200), Duration::from_secs(10));
                 loop {
                     let started = Instant::now();
                     if let Err(e) = session(&opts, &supervisor).await {
-                        tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "consumer: session ended");
+                        tracing::warn!(error = %e, "consumer: session ended");
                     }
-                    if started.elapsed() > Duration::from_secs(30) {
-                        backoff = Duration::from_millis(200);
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let pause = wait.after(started.elapsed());
+                    tracing::debug!(
+                        retry_in_ms = pause.as_millis() as u64,
+                        "consumer: reconnecting"
+                    );
+                    tokio::time::sleep(pause).await;
                 }
             }
             .into_actor(self),
@@ -102,7 +104,7 @@ async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()
             handle(opts, supervisor, &dead, d)
         })
         .await?;
-    Err(Error::Broker("the consumer was cancelled".into()))
+    Err(Error::broker("the consumer was cancelled"))
 }
 
 /// One delivery, acked only once its effect (or its dead-lettering) is durable.
@@ -226,8 +228,8 @@ async fn dead_letter(opts: &AmqpOptions, dead: &Channel, d: &Delivery, reason: &
         .map_err(broker)?;
     if !matches!(confirm, Confirmation::Ack(None)) {
         requeue(d).await?;
-        return Err(Error::Broker(
-            "the dead-letter exchange refused the message".into(),
+        return Err(Error::broker(
+            "the dead-letter exchange refused the message",
         ));
     }
     d.acker

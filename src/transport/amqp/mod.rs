@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::secret::{SecretUrl, redact_urls};
+use crate::secret::SecretUrl;
 
 pub use topology::Topology;
 
@@ -33,11 +33,11 @@ pub async fn connect(url: &SecretUrl, name: &str) -> Result<lapin::Connection> {
     let props = lapin::ConnectionProperties::default().with_connection_name(name.to_owned().into());
     lapin::Connection::connect(url.expose(), props)
         .await
-        .map_err(|e| Error::Broker(redact_urls(&e.to_string())))
+        .map_err(Error::from)
 }
 
 pub(crate) fn broker(e: lapin::Error) -> Error {
-    Error::Broker(redact_urls(&e.to_string()))
+    Error::from(e)
 }
 
 /// Everything the AMQP transport runs, as one handle.

@@ -17,6 +17,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation};
 
 use super::{AmqpOptions, broker, connect, message};
+use crate::backoff::Reconnect;
 use crate::error::{Error, Result};
 use crate::ledger::inbox::BRIEF_RAIL;
 use crate::ledger::models::OutboxRow;
@@ -47,21 +48,22 @@ impl Actor for Relay {
         let opts = self.opts.clone();
         ctx.spawn(
             async move {
-                let mut backoff = Duration::from_millis(200);
+                let mut wait = Reconnect::new(Duration::from_millis(200), Duration::from_secs(10));
                 loop {
                     let started = Instant::now();
                     if let Err(e) = session(&opts).await {
-                        tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "relay: session ended");
+                        tracing::warn!(error = %e, "relay: session ended");
                     }
                     // Reconciliation is a ledger statement: it must not wait for the broker.
                     if let Err(e) = reconcile(&opts).await {
                         tracing::debug!(error = %e, "reconcile without a broker session failed");
                     }
-                    if started.elapsed() > Duration::from_secs(30) {
-                        backoff = Duration::from_millis(200);
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let pause = wait.after(started.elapsed());
+                    tracing::debug!(
+                        retry_in_ms = pause.as_millis() as u64,
+                        "relay: reconnecting"
+                    );
+                    tokio::time::sleep(pause).await;
                 }
             }
             .into_actor(self),
@@ -78,7 +80,7 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
         .map_err(broker)?;
     let mut listener = AsyncPgConnection::establish(opts.db_url.expose())
         .await
-        .map_err(|e| Error::Connection(crate::secret::redact_urls(&e.to_string())))?;
+        .map_err(Error::connection)?;
     diesel::sql_query(format!("LISTEN {CHANNEL}"))
         .execute(&mut listener)
         .await?;
@@ -96,12 +98,12 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e.into()),
                 // A cleanly closed listener would otherwise wake this loop forever.
-                None => return Err(Error::Connection("the outbox listener closed".into())),
+                None => return Err(Error::connection("the outbox listener closed")),
             },
             () = tokio::time::sleep(opts.relay_poll) => {}
         }
         if !conn.status().connected() {
-            return Err(Error::Broker("connection lost".into()));
+            return Err(Error::broker("connection lost"));
         }
     }
 }

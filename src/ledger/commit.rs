@@ -1,0 +1,260 @@
+//! **commit**: the one transaction the protocol allows, and the one home of *settling* it.
+//!
+//! A commit is the compare-and-swap on the claim's identity, the frame insert and the embedding
+//! application's extra writes, in one transaction. Its outcome can be unknown to the caller
+//! only when the error came *at* COMMIT (the server may have committed and the answer been
+//! lost); any error before COMMIT rolled the transaction back. An unknown outcome is settled by
+//! reading the ledger (the frame this claim's run would have landed, and the follow-up run the
+//! commit would have opened), never by building again blindly.
+//!
+//! A [`Commit`] keeps the follow-up's run id fixed across its attempts, so a retry after an
+//! unknown outcome that finds the token moved on can tell "an earlier attempt of mine landed
+//! (and here is the follow-up claim it made)" from "another build superseded me". The builder
+//! only asks and retries; this module decides what happened.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use diesel::{ExpressionMethods, OptionalExtension, QueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures_util::future::BoxFuture;
+use uuid::Uuid;
+
+use super::models::Claim;
+use super::states::RunOutcome;
+use super::transitions::{fenced, record_fenced, sql};
+use crate::db::Pool;
+use crate::error::{Error, Result};
+use crate::schema::ops;
+
+/// Writes an embedding application adds to the fenced commit: they run inside the commit's
+/// transaction after the compare-and-swap succeeded, so they land only if the token is current
+/// and roll back with the frame otherwise.
+/// It may be called more than once if a commit is retried after a transient error (each call
+/// in a fresh transaction), so it must not consume its inputs.
+pub type ExtraWrites = Box<
+    dyn for<'c> Fn(&'c mut AsyncPgConnection, Claim) -> BoxFuture<'c, Result<()>> + Send + Sync,
+>;
+
+/// What a build produced.
+pub struct Frame {
+    /// The Brief (or any derived artifact) as JSON; stored in `ops.matter_frames.body`.
+    pub body: serde_json::Value,
+    /// The embedding application's own writes, fenced with the frame.
+    pub extra: Option<ExtraWrites>,
+}
+
+impl Frame {
+    pub fn new(body: serde_json::Value) -> Self {
+        Self { body, extra: None }
+    }
+    pub fn with_extra(mut self, extra: ExtraWrites) -> Self {
+        self.extra = Some(extra);
+        self
+    }
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame")
+            .field("body", &self.body)
+            .field("extra", &self.extra.is_some())
+            .finish()
+    }
+}
+
+/// What a landed commit left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landed {
+    /// The frame landed and no demand was pending: the row is idle.
+    Idle,
+    /// The frame landed and demands had piled up during the build: the commit re-claimed the
+    /// matter in the same statement. Build again, at once, with this claim.
+    FollowUp(Claim),
+}
+
+/// The commit of one claim, over as many attempts as the caller makes.
+#[derive(Debug)]
+pub struct Commit {
+    claim: Claim,
+    node_id: String,
+    /// The run id a follow-up claim gets: the same for every attempt, so any attempt's
+    /// follow-up can be found again.
+    next_run_id: Uuid,
+    attempts: u32,
+}
+
+impl Commit {
+    pub fn new(claim: Claim, node_id: &str) -> Self {
+        Self {
+            claim,
+            node_id: node_id.to_owned(),
+            next_run_id: Uuid::new_v4(),
+            attempts: 0,
+        }
+    }
+
+    /// How many attempts were made.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// One attempt. `Err(Fenced)` when the claim is stale and no attempt of this commit landed:
+    /// nothing was written, and the run is recorded `fenced`. `Err(FrameRefused)` when the
+    /// database refused the frame's body (its SQLSTATE says why): fail the claim, retrying
+    /// cannot help. Any other error left nothing behind (it came before COMMIT, or it came at
+    /// COMMIT and the ledger shows the commit did not happen): the caller may attempt again.
+    pub async fn attempt(&mut self, pool: &Pool, frame: &Frame) -> Result<Landed> {
+        self.attempts += 1;
+        let mut conn = pool.get().await?;
+        let reached_commit = Arc::new(AtomicBool::new(false));
+        let result = self
+            .transaction(&mut conn, frame, reached_commit.clone())
+            .await;
+        match result {
+            Err(Error::Fenced { .. }) => {
+                if self.attempts > 1 {
+                    // An earlier attempt's answer was lost at COMMIT: it may have landed and
+                    // moved the token on itself.
+                    if let Some(landed) = settle(&mut conn, &self.claim, self.next_run_id).await? {
+                        tracing::warn!("an earlier commit attempt had landed");
+                        return Ok(landed);
+                    }
+                }
+                let c = self.claim;
+                let why = format!(
+                    "commit refused: token {} (run {}) is no longer the current claim",
+                    c.token, c.run_id
+                );
+                record_fenced(&mut conn, c.run_id, &why).await?;
+                Err(fenced(&c))
+            }
+            Err(e) if AtomicBool::load(&reached_commit, Ordering::SeqCst) => {
+                drop(conn);
+                // The error came from COMMIT itself: read what the ledger holds, on a fresh
+                // connection (the one that failed may be gone).
+                tracing::warn!(error = %e, "commit outcome unknown; settling it from the ledger");
+                let mut fresh = pool.get().await?;
+                settle(&mut fresh, &self.claim, self.next_run_id)
+                    .await?
+                    .ok_or(e)
+            }
+            other => other,
+        }
+    }
+
+    /// The transaction itself. `reached_commit` is set just before COMMIT is sent.
+    async fn transaction(
+        &self,
+        conn: &mut AsyncPgConnection,
+        frame: &Frame,
+        reached_commit: Arc<AtomicBool>,
+    ) -> Result<Landed> {
+        let (c, next_run_id, node) = (self.claim, self.next_run_id, self.node_id.as_str());
+        let Frame { body, extra } = frame;
+        // jsonb is parsed from text inside ops.insert_frame, where a refusal keeps its SQLSTATE.
+        let body = serde_json::to_string(body)
+            .map_err(|e| Error::internal_from("the frame is not serialisable", e))?;
+        conn.transaction(async move |tx| {
+            let after: Option<i64> = diesel::select(sql::commit_claim(
+                c.firm_id,
+                c.matter_id,
+                c.token,
+                c.run_id,
+                next_run_id,
+                node,
+            ))
+            .get_result(tx)
+            .await?;
+            let Some(after) = after else {
+                return Err(fenced(&c));
+            };
+            let refused: Option<String> = diesel::select(sql::insert_frame(
+                c.firm_id,
+                c.matter_id,
+                c.token,
+                c.run_id,
+                &body,
+            ))
+            .get_result(tx)
+            .await?;
+            if let Some(why) = refused {
+                return Err(Error::FrameRefused(why));
+            }
+            if let Some(extra) = extra {
+                extra(tx, c).await?;
+                if after != 0 {
+                    // The follow-up's lease starts now, not before the application's writes.
+                    diesel::select(sql::start_lease(c.firm_id, c.matter_id, next_run_id))
+                        .get_result::<bool>(tx)
+                        .await?;
+                }
+            }
+            reached_commit.store(true, Ordering::SeqCst);
+            Ok(landed_from(&c, after, next_run_id))
+        })
+        .await
+    }
+}
+
+/// **commit** in one attempt (see [`Commit::attempt`]); a caller that retries keeps a
+/// [`Commit`] instead, so a retry can settle an earlier attempt.
+pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) -> Result<Landed> {
+    Commit::new(*claim, node_id).attempt(pool, frame).await
+}
+
+fn landed_from(c: &Claim, after: i64, next_run_id: Uuid) -> Landed {
+    if after == 0 {
+        Landed::Idle
+    } else {
+        Landed::FollowUp(Claim {
+            firm_id: c.firm_id,
+            matter_id: c.matter_id,
+            token: after,
+            run_id: next_run_id,
+        })
+    }
+}
+
+/// Settles a commit whose outcome is unknown, by reading what the ledger holds for this claim.
+/// `Some(landed)` if this claim's own frame is there (with the follow-up claim if the commit
+/// opened run `next_run_id` and it is still running), `None` if it is not (the commit did not
+/// happen). A frame a reused token number landed for another run is not this claim's.
+pub async fn settle(
+    conn: &mut AsyncPgConnection,
+    claim: &Claim,
+    next_run_id: Uuid,
+) -> Result<Option<Landed>> {
+    let frame = super::reads::frame_meta(conn, claim.firm_id, claim.matter_id, claim.token).await?;
+    if frame.is_none_or(|f| f.run_id != claim.run_id) {
+        return Ok(None);
+    }
+    let follow_up: Option<i64> = ops::matter_frame_runs::table
+        .filter(ops::matter_frame_runs::run_id.eq(next_run_id))
+        .filter(ops::matter_frame_runs::outcome.eq(RunOutcome::Running))
+        .select(ops::matter_frame_runs::token)
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(Some(match follow_up {
+        Some(token) => landed_from(claim, token, next_run_id),
+        None => Landed::Idle,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_shows_its_body_and_whether_it_carries_extra_writes() {
+        let plain = format!("{:?}", Frame::new(serde_json::json!({"summary": "ok"})));
+        assert!(
+            plain.contains("summary") && plain.contains("extra: false"),
+            "{plain}"
+        );
+        let extra: ExtraWrites = Box::new(|_, _| Box::pin(async { Ok(()) }));
+        let with = format!("{:?}", Frame::new(serde_json::json!({})).with_extra(extra));
+        assert!(with.contains("extra: true"), "{with}");
+    }
+}
