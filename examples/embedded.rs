@@ -14,14 +14,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
-use briefrail::actors::{Node, NodeOptions};
-use briefrail::build::{BuildContext, Builder};
+use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::{Settings, TransportKind};
 use briefrail::db::{self, admin};
 use briefrail::ledger::outbox::{NewEvent, record_event};
 use briefrail::ledger::{EventName, ExtraWrites, Frame, reads};
-use briefrail::transport::postgres::{PgTransport, PgTransportOptions};
+use briefrail::node::Node;
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
@@ -60,39 +58,27 @@ impl Builder for SummaryBuilder {
 
 #[actix_rt::main]
 async fn main() -> briefrail::Result<()> {
+    // The application's settings for briefrail: its database, no broker (nudges ride on
+    // Postgres LISTEN/NOTIFY), a short debounce.
     let mut settings = Settings::defaults();
     let url = admin::with_database(settings.database.url.expose(), "briefrail_embedded")?;
     admin::create_database_if_missing(&url).await?;
     db::migrate::run_pending(&url).await?;
     settings.database.url = briefrail::secret::SecretUrl::new(url.clone());
-    // No broker in this monolith: nudges ride on Postgres LISTEN/NOTIFY.
     settings.transport.kind = TransportKind::Postgres;
     settings.trigger.debounce_ms = 50;
-    let settings = Arc::new(settings);
-    let pool = db::connect(&db::PoolOptions::from(&settings.database)).await?;
+
+    // briefrail's whole start-up: a node with the application's builder and its transport.
+    let node = Node::builder(Arc::new(settings), Arc::new(SummaryBuilder))
+        .start()
+        .await?;
+    let pool = node.pool().clone();
 
     // The application's own schema.
     pool.get()
         .await?
         .batch_execute("CREATE TABLE IF NOT EXISTS app_brief_index (matter_id uuid PRIMARY KEY, token bigint NOT NULL, summary text NOT NULL)")
         .await?;
-
-    let node = Node::start(
-        settings.clone(),
-        pool.clone(),
-        NodeOptions::new(Arc::new(SummaryBuilder)),
-    );
-    let _transport = PgTransport::new(
-        PgTransportOptions {
-            url: settings.database.url.clone(),
-            pool: pool.clone(),
-            poll: Duration::from_millis(500),
-            batch: 100,
-            metrics: node.context.metrics.clone(),
-        },
-        node.supervisor.clone(),
-    )
-    .start();
 
     // The application's own transaction: its write and briefrail's outbox row commit together.
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
@@ -136,7 +122,7 @@ async fn main() -> briefrail::Result<()> {
                     "landed token {} with the application's index row: {:?} (token {})",
                     job.landed_generation, row.summary, row.token
                 );
-                node.shutdown(Duration::from_secs(5)).await;
+                node.shutdown().await;
                 return Ok(());
             }
         }

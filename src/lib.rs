@@ -16,12 +16,14 @@
 
 pub mod actors;
 pub mod backoff;
-pub mod build;
+pub mod builders;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod ledger;
 pub mod metrics;
+pub mod node;
+pub mod nudge;
 pub mod schema;
 pub mod secret;
 pub mod surface;

@@ -10,14 +10,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use briefrail::actors::{Node, NodeOptions};
-use briefrail::build::brief::BriefBuilder;
+use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::Settings;
 use briefrail::ledger::{facts, reads};
-use briefrail::metrics::Metrics;
+use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use briefrail::transport::amqp::{self, AmqpOptions};
 use common::{BrokerScope, eventually};
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;
@@ -68,15 +66,11 @@ async fn events_written_during_a_broker_outage_are_all_published_and_served() {
     s.database.url = SecretUrl::new(db.url.clone());
     s.trigger.debounce_ms = 20;
     s.transport.prefix = scope.prefix.clone();
-    let s = Arc::new(s);
-    let metrics = Arc::new(Metrics::default());
-    let mut o = NodeOptions::new(Arc::new(BriefBuilder));
-    o.metrics = metrics.clone();
-    let node = Node::start(s.clone(), db.pool.clone(), o);
-    let mut opts = AmqpOptions::from_settings(&s, db.pool.clone(), metrics);
-    opts.relay_poll = Duration::from_millis(100);
-    opts.reconcile_after = Duration::from_secs(5);
-    let transport = amqp::start_with(opts, node.supervisor.clone())
+    s.relay.poll_ms = 100;
+    s.reconcile.after_seconds = 5.0;
+    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+        .pool(db.pool.clone())
+        .start()
         .await
         .unwrap();
 
@@ -144,5 +138,5 @@ async fn events_written_during_a_broker_outage_are_all_published_and_served() {
     eprintln!(
         "{errors} events kept a publish error from the outage; all 200 published and consumed once"
     );
-    drop(transport);
+    node.shutdown_within(Duration::from_secs(1)).await;
 }

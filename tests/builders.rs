@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
-use briefrail::actors::{Node, NodeOptions, Nudge};
-use briefrail::build::{
+use briefrail::actors::Nudge;
+use briefrail::builders::{
     BuildContext, Builder, brief::BriefBuilder, command::CommandBuilder, http::HttpBuilder,
 };
 use briefrail::config::Settings;
 use briefrail::ledger::facts::{self, NewDocument};
 use briefrail::ledger::transitions as t;
 use briefrail::ledger::{RunRow, reads};
+use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use common::eventually;
@@ -131,11 +132,13 @@ async fn run_once(
     s.database.url = SecretUrl::new(db.url.clone());
     s.trigger.debounce_ms = 10;
     tweak(&mut s);
-    let node = Node::start(Arc::new(s), db.pool.clone(), {
-        let mut o = NodeOptions::new(builder);
-        o.sweeper = false;
-        o
-    });
+    let node = Node::builder(Arc::new(s), builder)
+        .pool(db.pool.clone())
+        .without_transport()
+        .without_periodic_sweeper()
+        .start()
+        .await
+        .unwrap();
     let mut c = db.pool.get().await.unwrap();
     t::demand(&mut c, firm, matter).await.unwrap();
     node.nudge(Nudge::matter(firm, matter));
@@ -255,11 +258,13 @@ async fn a_fenced_command_build_has_its_child_killed() {
     s.trigger.debounce_ms = 10;
     s.lease.seconds = 30.0;
     s.lease.heartbeat_seconds = Some(0.2);
-    let node = Node::start(Arc::new(s), db.pool.clone(), {
-        let mut o = NodeOptions::new(sh(&script));
-        o.sweeper = false;
-        o
-    });
+    let node = Node::builder(Arc::new(s), sh(&script))
+        .pool(db.pool.clone())
+        .without_transport()
+        .without_periodic_sweeper()
+        .start()
+        .await
+        .unwrap();
     let mut c = db.pool.get().await.unwrap();
     t::demand(&mut c, firm, matter).await.unwrap();
     node.nudge(Nudge::matter(firm, matter));

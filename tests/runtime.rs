@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use briefrail::actors::supervisor::Lookup;
-use briefrail::actors::{MatterKey, Node, NodeOptions, Nudge};
-use briefrail::build::{BuildContext, Builder};
+use briefrail::actors::{MatterKey, Nudge};
+use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::Settings;
 use briefrail::ledger::transitions as t;
 use briefrail::ledger::{Frame, reads};
+use briefrail::node::Node;
 use briefrail::testing::TestDb;
 use briefrail::trace::Traceparent;
 use futures_util::FutureExt;
@@ -67,10 +67,17 @@ fn settings(db: &TestDb, node: &str) -> Settings {
     s
 }
 
-fn start(db: &TestDb, s: Settings, builder: Arc<dyn Builder>, sweeper: bool) -> Node {
-    let mut opts = NodeOptions::new(builder);
-    opts.sweeper = sweeper;
-    Node::start(Arc::new(s), db.pool.clone(), opts)
+/// A node nudged by hand: no transport; the sweeper periodic or only when asked.
+async fn start(db: &TestDb, s: Settings, builder: Arc<dyn Builder>, sweeper: bool) -> Node {
+    let b = Node::builder(Arc::new(s), builder)
+        .pool(db.pool.clone())
+        .without_transport();
+    let b = if sweeper {
+        b
+    } else {
+        b.without_periodic_sweeper()
+    };
+    b.start().await.expect("node starts")
 }
 
 /// Polls the ledger until `cond` holds for the matter's job row, or panics after `limit`.
@@ -129,14 +136,14 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     let mut sa = settings(&db, "node-a");
     sa.lease.seconds = 0.1;
     sa.lease.heartbeat_seconds = Some(10.0);
-    let a = start(&db, sa, gate.clone(), false);
+    let a = start(&db, sa, gate.clone(), false).await;
     let mut sb = settings(&db, "node-b");
     sb.lease.seconds = 0.05;
     sb.lease.heartbeat_seconds = Some(0.01);
     // B's build waits too, so A writes while B's claim runs (the row is `running` again: only
     // the claim's identity can refuse A).
     let (gate_b, open_b) = Gate::new(false, Duration::ZERO);
-    let b = start(&db, sb, gate_b, false);
+    let b = start(&db, sb, gate_b, false).await;
 
     demand_and_nudge(&db, &a, firm, matter).await;
     let held = until_job(
@@ -203,7 +210,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
         frames.iter().map(|f| f.generation).collect::<Vec<_>>(),
         vec![token_a + 1]
     );
-    assert_eq!(a.context.metrics.builds_fenced.load(Ordering::SeqCst), 1);
+    assert_eq!(a.metrics().builds_fenced.load(Ordering::SeqCst), 1);
 }
 
 #[actix_rt::test]
@@ -214,7 +221,7 @@ async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up
     let mut s = settings(&db, "node");
     s.trigger.debounce_ms = 300;
     s.trigger.max_wait_ms = 3000;
-    let node = start(&db, s, gate.clone(), false);
+    let node = start(&db, s, gate.clone(), false).await;
 
     // Ten uploads inside the debounce window: one claim that carries all ten events.
     let mut events = Vec::new();
@@ -272,7 +279,7 @@ async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up
             && frames[1].generation == done.landed_generation
     );
     assert!(
-        node.context
+        node.context()
             .metrics
             .demands_coalesced
             .load(Ordering::SeqCst)
@@ -294,9 +301,10 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
         s.clone(),
         Gate::new(true, Duration::from_millis(2500)).0,
         true,
-    );
+    )
+    .await;
     s.node.id = "other".into();
-    let other = start(&db, s, Gate::new(true, Duration::ZERO).0, true);
+    let other = start(&db, s, Gate::new(true, Duration::ZERO).0, true).await;
     demand_and_nudge(&db, &node, firm, matter).await;
     // While the 2.5 s build runs, its run shows heartbeats (the commit's own heartbeat_at
     // must not be what this sees): a second past its start, four times the heartbeat.
@@ -333,7 +341,7 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
     assert_eq!(runs[0].token, j.landed_generation);
     assert_eq!(
         other
-            .context
+            .context()
             .metrics
             .builds_lease_expired
             .load(Ordering::SeqCst),
@@ -350,7 +358,7 @@ async fn ten_thousand_matters_land_and_idle_actors_are_stopped() {
     s.trigger.max_wait_ms = 10;
     s.trigger.idle_seconds = 1.0;
     s.builders.concurrency = 8;
-    let node = start(&db, s, Gate::new(true, Duration::ZERO).0, false);
+    let node = start(&db, s, Gate::new(true, Duration::ZERO).0, false).await;
     let matters: Vec<Uuid> = (0..10_000).map(|_| Uuid::new_v4()).collect();
     {
         let mut c = db.pool.get().await.unwrap();
@@ -392,10 +400,7 @@ async fn ten_thousand_matters_land_and_idle_actors_are_stopped() {
         peak > 5_000,
         "the supervisor should have held thousands of actors at peak ({peak})"
     );
-    assert_eq!(
-        node.context.metrics.builds_landed.load(Ordering::SeqCst),
-        10_000
-    );
+    assert_eq!(node.metrics().builds_landed.load(Ordering::SeqCst), 10_000);
 }
 
 #[actix_rt::test]
@@ -407,7 +412,8 @@ async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
         settings(&db, "node"),
         Gate::new(true, Duration::ZERO).0,
         false,
-    );
+    )
+    .await;
     demand_and_nudge(&db, &node, firm, matter).await;
     let first = until_job(
         &db,
@@ -422,12 +428,7 @@ async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
         firm_id: firm,
         matter_id: matter,
     };
-    let addr = node
-        .supervisor
-        .send(Lookup(key))
-        .await
-        .unwrap()
-        .expect("actor alive");
+    let addr = node.lookup(key).await.expect("actor alive");
     let _ = addr.send(briefrail::actors::matter::Crash).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while addr.connected() {
@@ -444,11 +445,6 @@ async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
         |j| j.landed_generation > first.landed_generation && j.run_status == RunStatus::Idle,
     )
     .await;
-    let fresh = node
-        .supervisor
-        .send(Lookup(key))
-        .await
-        .unwrap()
-        .expect("a fresh actor");
+    let fresh = node.lookup(key).await.expect("a fresh actor");
     assert!(fresh != addr);
 }

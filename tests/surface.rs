@@ -6,16 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
-use briefrail::actors::{Node, NodeOptions};
-use briefrail::build::brief::BriefBuilder;
+use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::facts;
-use briefrail::metrics::Metrics;
+use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
-use briefrail::surface::http::{HttpState, serve};
 use briefrail::testing::TestDb;
-use briefrail::transport::postgres::{PgTransport, PgTransportOptions};
 use common::{eventually, scratch_dir, spawn_node};
 use uuid::Uuid;
 
@@ -30,29 +26,14 @@ async fn the_admin_api_answers_over_a_real_socket() {
     s.trigger.debounce_ms = 10;
     s.http.bind = "127.0.0.1:0".into();
     s.http.token = TOKEN.into();
-    let s = Arc::new(s);
-    let metrics = Arc::new(Metrics::default());
-    let mut o = NodeOptions::new(Arc::new(BriefBuilder));
-    o.metrics = metrics.clone();
-    let node = Node::start(s.clone(), db.pool.clone(), o);
-    let _t = PgTransport::new(
-        PgTransportOptions {
-            url: s.database.url.clone(),
-            pool: db.pool.clone(),
-            poll: Duration::from_millis(100),
-            batch: 50,
-            metrics: metrics.clone(),
-        },
-        node.supervisor.clone(),
-    )
-    .start();
-    let (addr, handle) = serve(HttpState {
-        settings: s.clone(),
-        pool: db.pool.clone(),
-        metrics,
-        node_id: "node".into(),
-    })
-    .unwrap();
+    s.relay.poll_ms = 100;
+    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+        .pool(db.pool.clone())
+        .with_http()
+        .start()
+        .await
+        .unwrap();
+    let addr = node.http_addr().expect("serves http");
     let base = format!("http://{addr}");
     let client = awc::Client::default();
     let auth = ("authorization", format!("Bearer {TOKEN}"));
@@ -232,7 +213,7 @@ async fn the_admin_api_answers_over_a_real_socket() {
             .status(),
         409
     );
-    handle.stop(true).await;
+    node.shutdown_within(Duration::from_secs(1)).await;
 }
 
 #[test]

@@ -11,11 +11,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::Actor;
-use briefrail::actors::{Node, NodeOptions};
-use briefrail::build::brief::BriefBuilder;
+use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::Settings;
 use briefrail::ledger::{facts, reads};
-use briefrail::metrics::Metrics;
+use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use briefrail::transport::amqp::{
@@ -51,13 +50,16 @@ async fn rig(reconcile_after: Duration) -> Rig {
     s.database.url = SecretUrl::new(db.url.clone());
     s.trigger.debounce_ms = 20;
     s.transport.prefix = scope.prefix.clone();
-    let metrics = Arc::new(Metrics::default());
-    let mut o = NodeOptions::new(Arc::new(BriefBuilder));
-    o.metrics = metrics.clone();
-    o.sweeper = false;
     let s = Arc::new(s);
-    let node = Node::start(s.clone(), db.pool.clone(), o);
-    let mut opts = AmqpOptions::from_settings(&s, db.pool.clone(), metrics);
+    // The transport's parts are started by each test, one by one.
+    let node = Node::builder(s.clone(), Arc::new(BriefBuilder))
+        .pool(db.pool.clone())
+        .without_transport()
+        .without_periodic_sweeper()
+        .start()
+        .await
+        .unwrap();
+    let mut opts = AmqpOptions::from_settings(&s, db.pool.clone(), node.metrics().clone());
     opts.reconcile_after = reconcile_after;
     opts.relay_poll = Duration::from_millis(100);
     let conn = amqp::connect(&opts.url, "test-setup").await.unwrap();
@@ -176,7 +178,7 @@ async fn a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once(
     .unwrap();
     // The restarted relay publishes it again; the consumer sees it twice.
     let _relay = Relay::new(r.opts.clone()).start();
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     eventually(
         Duration::from_secs(20),
         "the matter to be served",
@@ -243,7 +245,7 @@ async fn a_purged_queue_is_reconciled_and_the_demand_served() {
         .await
         .unwrap();
     assert_eq!(purged, 5);
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     for m in &matters {
         eventually(
             Duration::from_secs(30),
@@ -258,7 +260,7 @@ async fn a_purged_queue_is_reconciled_and_the_demand_served() {
 #[actix_rt::test]
 async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on() {
     let r = rig(Duration::from_secs(60)).await;
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let ch = channel().await;
     let ex = r.scope.topology.events_exchange.clone();
     let good = |name: &str| {
@@ -415,7 +417,7 @@ async fn two_relays_drain_five_thousand_events_without_loss_or_double_publish() 
 async fn an_event_whose_transaction_commits_late_is_still_published() {
     let r = rig(Duration::from_secs(600)).await;
     let _relay = Relay::new(r.opts.clone()).start();
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let firm = Uuid::new_v4();
     let (early, late) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
@@ -475,7 +477,7 @@ async fn the_postgres_transport_applies_each_event_once_and_survives_late_commit
     ))
     .await
     .unwrap();
-    let _t = PgTransport::new(opts.clone(), r.node.supervisor.clone()).start();
+    let _t = PgTransport::new(opts.clone(), r.node.nudges()).start();
     eventually(
         Duration::from_secs(20),
         "served over LISTEN/NOTIFY",
@@ -495,7 +497,7 @@ async fn the_postgres_transport_applies_each_event_once_and_survives_late_commit
     c.batch_execute("UPDATE ops.domain_event_outbox SET published_at = NULL")
         .await
         .unwrap();
-    let taken = drain_once(&opts, &r.node.supervisor).await.unwrap();
+    let taken = drain_once(&opts, &r.node.nudges()).await.unwrap();
     assert_eq!(taken, 2);
     assert_eq!(
         reads::job(&mut c, firm, a)
@@ -539,7 +541,7 @@ async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconcil
         .unwrap();
     facts::request_brief(&mut c, firm, matter).await.unwrap();
     let _relay = Relay::new(r.opts.clone()).start();
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     // Requeued until the quorum queue's delivery limit, then dead-lettered by the broker.
     let ch = channel().await;
     let dead = eventually(
@@ -615,7 +617,7 @@ async fn newest_event(db: &TestDb, matter: Uuid) -> briefrail::ledger::models::O
 #[actix_rt::test]
 async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_the_brief() {
     let r = rig(Duration::from_secs(600)).await;
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let ch = channel().await;
     let ex = r.scope.topology.events_exchange.clone();
     let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
@@ -687,7 +689,7 @@ async fn every_recorded_fact_drains_from_the_outbox_even_one_the_rail_does_not_h
         .unwrap();
     facts::archive_matter(&mut c, firm, matter).await.unwrap();
     let _relay = Relay::new(r.opts.clone()).start();
-    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.supervisor.clone()).start();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     eventually(
         Duration::from_secs(20),
         "every outbox row published",
@@ -730,7 +732,7 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
             .unwrap();
         matters.push(m);
     }
-    while drain_once(&opts, &r.node.supervisor).await.unwrap() > 0 {}
+    while drain_once(&opts, &r.node.nudges()).await.unwrap() > 0 {}
     let deadlocks = || async {
         #[derive(QueryableByName)]
         struct D {
@@ -761,15 +763,16 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
         for m in order {
             facts::request_brief(&mut c, firm, m).await.unwrap();
         }
+        let nudges = r.node.nudges();
         let (x, y, z) = tokio::join!(
-            drain_once(&opts, &r.node.supervisor),
-            drain_once(&opts, &r.node.supervisor),
-            drain_once(&opts, &r.node.supervisor)
+            drain_once(&opts, &nudges),
+            drain_once(&opts, &nudges),
+            drain_once(&opts, &nudges)
         );
         for (i, d) in [x, y, z].into_iter().enumerate() {
             assert!(d.is_ok(), "round {round}, drain {i}: {:?}", d.err());
         }
-        while drain_once(&opts, &r.node.supervisor).await.unwrap() > 0 {}
+        while drain_once(&opts, &r.node.nudges()).await.unwrap() > 0 {}
     }
     // Statistics reach pg_stat_database when a backend goes idle (at most a second later).
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -279,10 +279,10 @@ async fn a_token_number_handed_out_twice_still_fences_the_old_holder() {
 
 /// A builder whose frame the database refuses the same way every time.
 struct NulFrame;
-impl briefrail::build::Builder for NulFrame {
+impl briefrail::builders::Builder for NulFrame {
     fn build<'a>(
         &'a self,
-        _: &'a briefrail::build::BuildContext,
+        _: &'a briefrail::builders::BuildContext,
     ) -> futures_util::future::LocalBoxFuture<'a, briefrail::Result<Frame>> {
         Box::pin(async { Ok(Frame::new(json!({"summary": "bad \u{0000} char"}))) })
     }

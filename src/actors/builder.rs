@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::build::{BuildContext, Builder};
+use crate::builders::{BuildContext, Builder};
 use crate::db::Pool;
 use crate::error::{Error, ErrorKind};
 use crate::ledger::transitions::{self as t, Landed, RetryPolicy};

@@ -18,8 +18,8 @@ use actix::prelude::*;
 use uuid::Uuid;
 
 use super::builder::{BuildDone, BuildOutcome, RunBuild, Slot};
-use super::node::NodeContext;
 use super::supervisor::{Idle, MatterKey, Nudge, Supervisor};
+use super::system::NodeContext;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
 use crate::ledger::{Claim, ClaimKind};
 use crate::metrics::Metrics;
@@ -35,7 +35,7 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct StopIfIdle;
 
 /// Test hook: panic inside a handler, to prove a restarted actor starts clean.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Crash;
@@ -295,6 +295,7 @@ impl Handler<StopIfIdle> for MatterActor {
     }
 }
 
+#[cfg(feature = "testing")]
 impl Handler<Crash> for MatterActor {
     type Result = ();
 

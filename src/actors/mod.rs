@@ -13,9 +13,10 @@
 
 pub mod builder;
 pub mod matter;
-pub mod node;
 pub mod supervisor;
 pub mod sweeper;
+pub mod system;
 
-pub use node::{Node, NodeContext, NodeOptions};
-pub use supervisor::{MatterKey, Nudge};
+pub use crate::nudge::{MatterKey, Nudge};
+pub use sweeper::SweepReport;
+pub use system::{ActorOptions, Actors, NodeContext};

@@ -7,37 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use uuid::Uuid;
 
 use super::matter::{MatterActor, StopIfIdle};
-use super::node::NodeContext;
-
-/// A matter, as the supervisor keys it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MatterKey {
-    pub firm_id: Uuid,
-    pub matter_id: Uuid,
-}
-
-/// Go look at the ledger for this matter. Carries IDs and trace context only.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct Nudge {
-    pub key: MatterKey,
-    /// The events this nudge stands for (recorded on the run that serves them).
-    pub event_ids: Vec<Uuid>,
-    pub traceparent: Option<String>,
-}
-
-impl Nudge {
-    pub fn matter(firm_id: Uuid, matter_id: Uuid) -> Self {
-        Self {
-            key: MatterKey { firm_id, matter_id },
-            event_ids: Vec::new(),
-            traceparent: None,
-        }
-    }
-}
+use super::system::NodeContext;
+pub use crate::nudge::{MatterKey, Nudge};
 
 /// A matter actor reports it has been idle; the supervisor decides whether to stop it.
 #[derive(Message)]
@@ -127,11 +100,13 @@ impl Handler<ActorCount> for Supervisor {
     }
 }
 
-/// The matter actor serving a key, if one is alive (operators' tooling and tests).
+/// The matter actor serving a key, if one is alive (a test hook: `feature = "testing"`).
+#[cfg(feature = "testing")]
 #[derive(Message)]
 #[rtype(result = "Option<Addr<MatterActor>>")]
 pub struct Lookup(pub MatterKey);
 
+#[cfg(feature = "testing")]
 impl Handler<Lookup> for Supervisor {
     type Result = Option<Addr<MatterActor>>;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::node::NodeContext;
 use super::supervisor::{Nudge, Supervisor};
+use super::system::NodeContext;
 use crate::error::Result;
 use crate::ledger::transitions as t;
 use crate::metrics::Metrics;

@@ -5,16 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Actor;
-use briefrail::actors::{Node, NodeOptions, Nudge};
-use briefrail::build::{BuildContext, Builder};
+use briefrail::actors::Nudge;
+use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::{Settings, TransportKind};
 use briefrail::db::{self, Pool, admin};
 use briefrail::ledger::{Frame, facts, outbox};
 use briefrail::metrics::Metrics;
+use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::transport::amqp::{self, AmqpOptions, Topology, message, relay};
-use briefrail::transport::postgres::{PgTransport, PgTransportOptions};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
@@ -48,19 +47,23 @@ fn settings(url: &str) -> Settings {
     s
 }
 
-fn node(
+/// A node nudged by hand (no transport), sweeping only when asked.
+async fn node(
     url: &str,
     pool: &Pool,
     conns: usize,
     builder: Arc<dyn Builder>,
     tweak: impl FnOnce(&mut Settings),
-) -> Node {
+) -> R<Node> {
     let mut s = settings(url);
     s.builders.concurrency = conns;
     tweak(&mut s);
-    let mut o = NodeOptions::new(builder);
-    o.sweeper = false;
-    Node::start(Arc::new(s), pool.clone(), o)
+    Ok(Node::builder(Arc::new(s), builder)
+        .pool(pool.clone())
+        .without_transport()
+        .without_periodic_sweeper()
+        .start()
+        .await?)
 }
 
 async fn exec(pool: &Pool, sql: &str) -> R<()> {
@@ -151,7 +154,7 @@ async fn runtime_cycles(
     matters: &[(Uuid, Uuid)],
     rounds: usize,
 ) -> R<f64> {
-    let n = node(url, pool, conns, Arc::new(NoOp(Duration::ZERO)), |_| {});
+    let n = node(url, pool, conns, Arc::new(NoOp(Duration::ZERO)), |_| {}).await?;
     let start = Instant::now();
     for _ in 0..rounds {
         exec(pool, &format!("UPDATE ops.matter_frame_jobs SET requested_generation = requested_generation + 1 WHERE firm_id = '{firm}'")).await?;
@@ -161,7 +164,7 @@ async fn runtime_cycles(
         until(pool, &format!("SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND (landed_generation < requested_generation OR run_status = 'running')"), Duration::from_secs(120)).await?;
     }
     let rate = (matters.len() * rounds) as f64 / start.elapsed().as_secs_f64();
-    n.shutdown(Duration::from_secs(1)).await;
+    n.shutdown_within(Duration::from_secs(1)).await;
     Ok(rate)
 }
 
@@ -175,28 +178,19 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 /// Outbox commit → build start (both stamped by the database clock), `n` events on distinct
 /// matters, one at a time.
 async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f64, f64, f64)> {
-    let nd = node(url, pool, 4, Arc::new(NoOp(Duration::ZERO)), |_| {});
-    let metrics = Arc::new(Metrics::default());
     let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
     let mut s = settings(url);
     s.transport.prefix = prefix.clone();
-    let stop: actix::Recipient<briefrail::actors::node::StopActor> = match kind {
-        TransportKind::Amqp => {
-            amqp::start(&s, pool.clone(), metrics.clone(), nd.supervisor.clone()).await?
-        }
-        TransportKind::Postgres => PgTransport::new(
-            PgTransportOptions {
-                url: s.database.url.clone(),
-                pool: pool.clone(),
-                poll: Duration::from_secs(1),
-                batch: 100,
-                metrics,
-            },
-            nd.supervisor.clone(),
-        )
+    s.transport.kind = kind;
+    s.relay.poll_ms = 1000;
+    s.relay.batch = 100;
+    s.builders.concurrency = 4;
+    // The node as users run it: its own transport, started by the node.
+    let nd = Node::builder(Arc::new(s.clone()), Arc::new(NoOp(Duration::ZERO)))
+        .pool(pool.clone())
+        .without_periodic_sweeper()
         .start()
-        .recipient(),
-    };
+        .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let firm = Uuid::new_v4();
     let mut c = pool.get().await?;
@@ -230,8 +224,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let _ = stop.send(briefrail::actors::node::StopActor).await;
-    nd.shutdown(Duration::from_secs(1)).await;
+    nd.shutdown_within(Duration::from_secs(1)).await;
     if kind == TransportKind::Amqp {
         Topology::new(&prefix).delete(&s.transport.amqp_url).await;
     }
@@ -318,7 +311,8 @@ async fn coalescing(url: &str, pool: &Pool, n: usize) -> R<i64> {
             s.trigger.debounce_ms = 250;
             s.trigger.max_wait_ms = 2000;
         },
-    );
+    )
+    .await?;
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = pool.get().await?;
     for _ in 0..n {
@@ -326,7 +320,7 @@ async fn coalescing(url: &str, pool: &Pool, n: usize) -> R<i64> {
         nd.nudge(Nudge::matter(firm, matter));
     }
     until(pool, &format!("SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE matter_id = '{matter}' AND (landed_generation < requested_generation OR run_status = 'running')"), Duration::from_secs(60)).await?;
-    nd.shutdown(Duration::from_secs(1)).await;
+    nd.shutdown_within(Duration::from_secs(1)).await;
     scalar(
         pool,
         &format!("SELECT count(*) AS n FROM ops.matter_frame_runs WHERE matter_id = '{matter}'"),
@@ -351,7 +345,8 @@ async fn scale(url: &str, pool: &Pool, n: usize) -> R<(f64, f64, usize)> {
     let before = rss_mib();
     let nd = node(url, pool, 8, Arc::new(NoOp(Duration::ZERO)), |s| {
         s.trigger.idle_seconds = 600.0
-    });
+    })
+    .await?;
     let firm = Uuid::new_v4();
     exec(
         pool,
@@ -377,7 +372,7 @@ async fn scale(url: &str, pool: &Pool, n: usize) -> R<(f64, f64, usize)> {
     until(pool, &format!("SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND (landed_generation < requested_generation OR run_status = 'running')"), Duration::from_secs(600)).await?;
     let actors = nd.actor_count().await;
     let peak = rss_mib();
-    nd.shutdown(Duration::from_secs(1)).await;
+    nd.shutdown_within(Duration::from_secs(1)).await;
     Ok((before, peak, actors))
 }
 

@@ -16,9 +16,9 @@ use futures_util::future::LocalBoxFuture;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::actors::{Node, NodeOptions, Nudge};
-use crate::build::brief::BriefBuilder;
-use crate::build::{BuildContext, Builder};
+use crate::actors::Nudge;
+use crate::builders::brief::BriefBuilder;
+use crate::builders::{BuildContext, Builder};
 use crate::config::{Settings, TransportKind};
 use crate::db::{self, Pool, admin};
 use crate::error::{Error, Result};
@@ -26,8 +26,8 @@ use crate::ledger::facts::{self, NewDocument};
 use crate::ledger::transitions as t;
 use crate::ledger::{Frame, RunOutcome, RunRow, RunStatus, reads};
 use crate::metrics::Metrics;
+use crate::node::Node;
 use crate::secret::SecretUrl;
-use crate::transport::postgres::{PgTransport, PgTransportOptions};
 
 /// The Brief builder, slowed to the pace of a model panel, and able to freeze once on demand.
 struct DemoBuilder {
@@ -181,13 +181,18 @@ pub async fn run(base: &Settings) -> Result<()> {
     let pace = Duration::from_millis(1200);
     let mut sb = s.clone();
     sb.node.id = "worker-b".into();
-    let mut ob = NodeOptions::new(Arc::new(DemoBuilder {
-        pace,
-        freeze: calm,
-        frozen: idle_tx,
-    }));
-    ob.metrics = metrics.clone();
-    let b = Node::start(Arc::new(sb), pool.clone(), ob);
+    let b = Node::builder(
+        Arc::new(sb),
+        Arc::new(DemoBuilder {
+            pace,
+            freeze: calm,
+            frozen: idle_tx,
+        }),
+    )
+    .pool(pool.clone())
+    .metrics(metrics.clone())
+    .start()
+    .await?;
     let mut sa = s.clone();
     sa.node.id = "worker-a".into();
     // A frozen process sends no heartbeats: worker-a's would come only every 60 s, so its
@@ -195,31 +200,20 @@ pub async fn run(base: &Settings) -> Result<()> {
     sa.lease.seconds = 2.0;
     sa.lease.heartbeat_seconds = Some(60.0);
     sa.trigger.debounce_ms = 0;
-    let mut oa = NodeOptions::new(Arc::new(DemoBuilder {
-        pace,
-        freeze,
-        frozen: frozen_tx,
-    }));
-    oa.sweeper = false;
-    let a = Node::start(Arc::new(sa), pool.clone(), oa);
-    let stop_transport: actix::Recipient<crate::actors::node::StopActor> = if broker_up {
-        crate::transport::amqp::start(&s, pool.clone(), metrics.clone(), b.supervisor.clone())
-            .await?
-    } else {
-        use actix::Actor;
-        PgTransport::new(
-            PgTransportOptions {
-                url: s.database.url.clone(),
-                pool: pool.clone(),
-                poll: Duration::from_millis(250),
-                batch: 100,
-                metrics: metrics.clone(),
-            },
-            b.supervisor.clone(),
-        )
-        .start()
-        .recipient()
-    };
+    // worker-a hears nothing from the bus and sweeps nothing: it is nudged by hand below.
+    let a = Node::builder(
+        Arc::new(sa),
+        Arc::new(DemoBuilder {
+            pace,
+            freeze,
+            frozen: frozen_tx,
+        }),
+    )
+    .pool(pool.clone())
+    .without_transport()
+    .without_periodic_sweeper()
+    .start()
+    .await?;
 
     let firm = Uuid::new_v4();
     let matter = Uuid::new_v4();
@@ -468,9 +462,9 @@ pub async fn run(base: &Settings) -> Result<()> {
         "every demand is served (landed_generation = requested_generation)",
     );
 
-    let _ = stop_transport.send(crate::actors::node::StopActor).await;
-    a.shutdown(Duration::from_secs(1)).await;
-    b.shutdown(Duration::from_secs(1)).await;
+    b.stop_intake().await;
+    a.shutdown_within(Duration::from_secs(1)).await;
+    b.shutdown_within(Duration::from_secs(1)).await;
     if broker_up {
         crate::transport::amqp::Topology::new(&s.transport.prefix)
             .delete(&s.transport.amqp_url)

@@ -7,77 +7,22 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use actix::Actor;
+use crate::builders::Builder;
+use crate::config::Settings;
+use crate::error::Result;
+use crate::node::Node;
 
-use crate::actors::{Node, NodeOptions};
-use crate::build::Builder;
-use crate::config::{Settings, TransportKind};
-use crate::db;
-use crate::error::{Error, Result};
-use crate::metrics::Metrics;
-use crate::transport::postgres::{PgTransport, PgTransportOptions};
-
-/// Runs a node until `shutdown` completes.
+/// Runs a node (its transport and its HTTP surface) until `shutdown` completes.
 pub async fn run(
     settings: Arc<Settings>,
     builder: Arc<dyn Builder>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    let url = settings.database.url.clone();
-    let pending = db::migrate::pending(url.expose()).await?;
-    if !pending.is_empty() {
-        return Err(Error::migration(
-            format!(
-                "{} migration(s) pending ({}): run `briefrail migrate` first",
-                pending.len(),
-                pending.join(", ")
-            ),
-            None,
-        ));
-    }
-    let pool = db::connect(&db::PoolOptions::from(&settings.database)).await?;
-    let metrics = Arc::new(Metrics::default());
-    let mut opts = NodeOptions::new(builder);
-    opts.metrics = metrics.clone();
-    let node = Node::start(settings.clone(), pool.clone(), opts);
-    let transport = match settings.transport.kind {
-        TransportKind::Postgres => PgTransport::new(
-            PgTransportOptions {
-                url: url.clone(),
-                pool: pool.clone(),
-                poll: Duration::from_millis(settings.relay.poll_ms),
-                batch: settings.relay.batch as i64,
-                metrics: metrics.clone(),
-            },
-            node.supervisor.clone(),
-        )
-        .start()
-        .recipient(),
-        TransportKind::Amqp => {
-            crate::transport::amqp::start(
-                &settings,
-                pool.clone(),
-                metrics.clone(),
-                node.supervisor.clone(),
-            )
-            .await?
-        }
-    };
-    let (_addr, http) = crate::surface::http::serve(crate::surface::http::HttpState {
-        settings: settings.clone(),
-        pool: pool.clone(),
-        metrics: metrics.clone(),
-        node_id: node.context.node_id.clone(),
-    })?;
-    tracing::info!(node_id = %node.context.node_id, transport = ?settings.transport.kind, "briefrail is running");
+    let node = Node::builder(settings, builder).with_http().start().await?;
+    tracing::info!(node_id = %node.node_id(), "briefrail is running");
     shutdown.await;
-    http.stop(true).await;
-    // Stop hearing new events first, then drain builds.
-    let _ = transport.send(crate::actors::node::StopActor).await;
-    node.shutdown(Duration::from_secs_f64(settings.shutdown.grace_seconds))
-        .await;
+    node.shutdown().await;
     Ok(())
 }
 

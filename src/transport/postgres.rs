@@ -11,12 +11,13 @@ use actix::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
 
-use crate::actors::{Nudge, supervisor::MatterKey, supervisor::Supervisor};
+use super::Stop;
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{self, Applied, BRIEF_RAIL};
 use crate::ledger::outbox;
 use crate::metrics::Metrics;
+use crate::nudge::{MatterKey, Nudge};
 use crate::secret::SecretUrl;
 
 pub const CHANNEL: &str = "briefrail_outbox";
@@ -33,12 +34,12 @@ pub struct PgTransportOptions {
 /// The embedded transport's actor: its only job is the listen-and-drain loop.
 pub struct PgTransport {
     opts: PgTransportOptions,
-    supervisor: Addr<Supervisor>,
+    nudges: Recipient<Nudge>,
 }
 
 impl PgTransport {
-    pub fn new(opts: PgTransportOptions, supervisor: Addr<Supervisor>) -> Self {
-        Self { opts, supervisor }
+    pub fn new(opts: PgTransportOptions, nudges: Recipient<Nudge>) -> Self {
+        Self { opts, nudges }
     }
 }
 
@@ -46,15 +47,15 @@ impl Actor for PgTransport {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let (opts, supervisor) = (self.opts.clone(), self.supervisor.clone());
-        ctx.spawn(listen_loop(opts, supervisor).into_actor(self));
+        let (opts, nudges) = (self.opts.clone(), self.nudges.clone());
+        ctx.spawn(listen_loop(opts, nudges).into_actor(self));
     }
 }
 
-async fn listen_loop(opts: PgTransportOptions, supervisor: Addr<Supervisor>) {
+async fn listen_loop(opts: PgTransportOptions, nudges: Recipient<Nudge>) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match listen(&opts, &supervisor).await {
+        match listen(&opts, &nudges).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "embedded transport: listener lost");
@@ -65,7 +66,7 @@ async fn listen_loop(opts: PgTransportOptions, supervisor: Addr<Supervisor>) {
     }
 }
 
-async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Result<()> {
+async fn listen(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<()> {
     let mut conn = AsyncPgConnection::establish(opts.url.expose())
         .await
         .map_err(Error::connection)?;
@@ -76,7 +77,7 @@ async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Res
     loop {
         // Drain everything that is there now, then wait for a notification or the poll.
         loop {
-            let n = drain_once(opts, supervisor).await?;
+            let n = drain_once(opts, nudges).await?;
             if n < opts.batch as usize {
                 break;
             }
@@ -98,18 +99,18 @@ async fn listen(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Res
 /// Each demand locks its job row until the batch commits, so two nodes applying batches at
 /// once must lock rows in one global order or they can deadlock: rows are applied in
 /// `(firm_id, matter_id)` order, not in event order (demands commute).
-pub async fn drain_once(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>) -> Result<usize> {
+pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<usize> {
     let mut conn = opts.pool.get().await?;
     let batch = opts.batch;
-    let (taken, nudges, duplicates) = conn
+    let (taken, found, duplicates) = conn
         .transaction(async move |tx| {
             let mut rows = outbox::lock_unpublished(tx, batch).await?;
             rows.sort_by_key(|r| (r.firm_id, r.matter_id, r.seq));
-            let mut nudges = Vec::new();
+            let mut found = Vec::new();
             let mut duplicates = 0u64;
             for row in &rows {
                 match inbox::apply_row(tx, BRIEF_RAIL, row).await? {
-                    Applied::Demand { fact, .. } => nudges.push(Nudge {
+                    Applied::Demand { fact, .. } => found.push(Nudge {
                         key: MatterKey {
                             firm_id: fact.firm_id,
                             matter_id: fact.matter_id,
@@ -126,15 +127,22 @@ pub async fn drain_once(opts: &PgTransportOptions, supervisor: &Addr<Supervisor>
             }
             let ids: Vec<_> = rows.iter().map(|r| r.event_id).collect();
             outbox::mark_published(tx, &ids).await?;
-            Ok::<_, Error>((rows.len(), nudges, duplicates))
+            Ok::<_, Error>((rows.len(), found, duplicates))
         })
         .await?;
     for _ in 0..duplicates {
         Metrics::inc(&opts.metrics.events_duplicate);
     }
-    for nudge in nudges {
+    for nudge in found {
         Metrics::inc(&opts.metrics.events_consumed);
-        supervisor.do_send(nudge);
+        nudges.do_send(nudge);
     }
     Ok(taken)
+}
+
+impl Handler<Stop> for PgTransport {
+    type Result = ();
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
 }

@@ -21,22 +21,22 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Confirmation};
 
 use super::{AmqpOptions, broker, connect, message};
-use crate::actors::Nudge;
-use crate::actors::supervisor::{MatterKey, Supervisor};
 use crate::backoff::Reconnect;
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{self, Applied, BRIEF_RAIL, EventEnvelope};
 use crate::metrics::Metrics;
+use crate::nudge::{MatterKey, Nudge};
+use crate::transport::Stop;
 use tracing::Instrument;
 
 pub struct TriggerConsumer {
     opts: AmqpOptions,
-    supervisor: Addr<Supervisor>,
+    nudges: Recipient<Nudge>,
 }
 
 impl TriggerConsumer {
-    pub fn new(opts: AmqpOptions, supervisor: Addr<Supervisor>) -> Self {
-        Self { opts, supervisor }
+    pub fn new(opts: AmqpOptions, nudges: Recipient<Nudge>) -> Self {
+        Self { opts, nudges }
     }
 }
 
@@ -44,13 +44,13 @@ impl Actor for TriggerConsumer {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let (opts, supervisor) = (self.opts.clone(), self.supervisor.clone());
+        let (opts, nudges) = (self.opts.clone(), self.nudges.clone());
         ctx.spawn(
             async move {
                 let mut wait = Reconnect::new(Duration::from_millis(200), Duration::from_secs(10));
                 loop {
                     let started = Instant::now();
-                    if let Err(e) = session(&opts, &supervisor).await {
+                    if let Err(e) = session(&opts, &nudges).await {
                         tracing::warn!(error = %e, "consumer: session ended");
                     }
                     let pause = wait.after(started.elapsed());
@@ -66,14 +66,14 @@ impl Actor for TriggerConsumer {
     }
 }
 
-impl Handler<crate::actors::node::StopActor> for TriggerConsumer {
+impl Handler<Stop> for TriggerConsumer {
     type Result = ();
-    fn handle(&mut self, _: crate::actors::node::StopActor, ctx: &mut Context<Self>) {
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
         ctx.stop();
     }
 }
 
-async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()> {
+async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
     let conn = connect(&opts.url, &format!("briefrail-{}-trigger", opts.node_id)).await?;
     let ch = conn.create_channel().await.map_err(broker)?;
     let dead = conn.create_channel().await.map_err(broker)?;
@@ -100,9 +100,7 @@ async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()
     use futures_util::TryStreamExt;
     deliveries
         .map_err(broker)
-        .try_for_each_concurrent(opts.prefetch as usize, |d| {
-            handle(opts, supervisor, &dead, d)
-        })
+        .try_for_each_concurrent(opts.prefetch as usize, |d| handle(opts, nudges, &dead, d))
         .await?;
     Err(Error::broker("the consumer was cancelled"))
 }
@@ -110,7 +108,7 @@ async fn session(opts: &AmqpOptions, supervisor: &Addr<Supervisor>) -> Result<()
 /// One delivery, acked only once its effect (or its dead-lettering) is durable.
 async fn handle(
     opts: &AmqpOptions,
-    supervisor: &Addr<Supervisor>,
+    nudges: &Recipient<Nudge>,
     dead: &Channel,
     d: Delivery,
 ) -> Result<()> {
@@ -120,14 +118,14 @@ async fn handle(
     };
     // The span covers this delivery only (instrumented, never entered across an await).
     let span = tracing::info_span!("consume", event_id = %envelope.event_id);
-    consume(opts, supervisor, dead, &d, &envelope)
+    consume(opts, nudges, dead, &d, &envelope)
         .instrument(span)
         .await
 }
 
 async fn consume(
     opts: &AmqpOptions,
-    supervisor: &Addr<Supervisor>,
+    nudges: &Recipient<Nudge>,
     dead: &Channel,
     d: &Delivery,
     envelope: &EventEnvelope,
@@ -152,7 +150,7 @@ async fn consume(
                     tracing::debug!(firm_id = %fact.firm_id, matter_id = %fact.matter_id,
                                     requested_generation, "demand recorded");
                     // Every value from the ledger's row, none from the message.
-                    supervisor.do_send(Nudge {
+                    nudges.do_send(Nudge {
                         key: MatterKey {
                             firm_id: fact.firm_id,
                             matter_id: fact.matter_id,

@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::supervisor::Supervisor;
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::nudge::Nudge;
 use crate::secret::SecretUrl;
 
 pub use topology::Topology;
@@ -38,12 +38,6 @@ pub async fn connect(url: &SecretUrl, name: &str) -> Result<lapin::Connection> {
 
 pub(crate) fn broker(e: lapin::Error) -> Error {
     Error::from(e)
-}
-
-/// Everything the AMQP transport runs, as one handle.
-pub struct AmqpTransport {
-    pub relay: Addr<relay::Relay>,
-    pub consumer: Addr<consumer::TriggerConsumer>,
 }
 
 /// Options shared by the relay and the consumer.
@@ -80,54 +74,17 @@ impl AmqpOptions {
 
 /// Declares the topology (failing fast if the broker does not answer at start), then starts
 /// the relay and the consumer. Both reconnect on their own after a broker outage.
-pub async fn start_with(opts: AmqpOptions, supervisor: Addr<Supervisor>) -> Result<AmqpTransport> {
+pub async fn start(opts: AmqpOptions, nudges: Recipient<Nudge>) -> Result<super::Running> {
     let conn = connect(&opts.url, &format!("briefrail-{}-setup", opts.node_id)).await?;
     let ch = conn.create_channel().await.map_err(broker)?;
     opts.topology.declare(&ch).await?;
     let _ = ch.close(200, "topology declared".into()).await;
     let _ = conn.close(200, "topology declared".into()).await;
-    let relay = relay::Relay::new(opts.clone()).start();
-    let consumer = consumer::TriggerConsumer::new(opts, supervisor).start();
-    Ok(AmqpTransport { relay, consumer })
-}
-
-/// [`start_with`] from settings; returns a handle that stops both actors.
-pub async fn start(
-    settings: &Settings,
-    pool: Pool,
-    metrics: Arc<Metrics>,
-    supervisor: Addr<Supervisor>,
-) -> Result<Recipient<crate::actors::node::StopActor>> {
-    let t = start_with(
-        AmqpOptions::from_settings(settings, pool, metrics),
-        supervisor,
-    )
-    .await?;
-    Ok(StopBoth {
-        relay: t.relay,
-        consumer: t.consumer,
-    }
-    .start()
-    .recipient())
-}
-
-/// Stops the relay and the consumer together.
-struct StopBoth {
-    relay: Addr<relay::Relay>,
-    consumer: Addr<consumer::TriggerConsumer>,
-}
-
-impl Actor for StopBoth {
-    type Context = Context<Self>;
-}
-
-impl Handler<crate::actors::node::StopActor> for StopBoth {
-    type Result = ResponseFuture<()>;
-    fn handle(&mut self, _: crate::actors::node::StopActor, _: &mut Context<Self>) -> Self::Result {
-        let (r, c) = (self.relay.clone(), self.consumer.clone());
-        Box::pin(async move {
-            let _ = c.send(crate::actors::node::StopActor).await;
-            let _ = r.send(crate::actors::node::StopActor).await;
-        })
-    }
+    // The consumer stops first (no more intake), then the relay.
+    let consumer = consumer::TriggerConsumer::new(opts.clone(), nudges).start();
+    let relay = relay::Relay::new(opts).start();
+    Ok(super::Running::new(vec![
+        consumer.recipient(),
+        relay.recipient(),
+    ]))
 }

@@ -280,9 +280,9 @@ pub async fn reconcile(opts: &AmqpOptions) -> Result<usize> {
     Ok(requeued.len())
 }
 
-impl Handler<crate::actors::node::StopActor> for Relay {
+impl Handler<crate::transport::Stop> for Relay {
     type Result = ();
-    fn handle(&mut self, _: crate::actors::node::StopActor, ctx: &mut Context<Self>) {
+    fn handle(&mut self, _: crate::transport::Stop, ctx: &mut Context<Self>) {
         ctx.stop();
     }
 }

@@ -1,10 +1,10 @@
-//! A node: the actors of one `briefrail run` process (or of one embedding application), wired
-//! to one ledger. Several nodes on one database are normal; exclusivity comes only from the
-//! ledger's tokens.
+//! The actors of one node, wired to one ledger: supervisor, builder pool, sweeper. Started and
+//! stopped by [`crate::node::Node`], which adds the transport and the HTTP surface. Several
+//! nodes on one database are normal; exclusivity comes only from the ledger's tokens.
 //!
-//! Shutdown is two-phase: [`Node::shutdown`] first stops new claims and lets in-flight builds
-//! finish for `shutdown.grace_seconds`, then cancels the rest, whose claims are handed back by
-//! token so another node takes over at once instead of waiting out the lease.
+//! Stopping is two-phase: [`Actors::drain`] first stops new claims and lets in-flight builds
+//! finish for the grace period, then cancels the rest, whose claims are handed back by token so
+//! another node takes over at once instead of waiting out the lease.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,14 +13,15 @@ use actix::prelude::*;
 use tokio::sync::watch;
 
 use super::builder::{BuildEnv, BuilderPool};
-use super::supervisor::{ActorCount, Nudge, Supervisor};
+use super::supervisor::{ActorCount, Supervisor};
 use super::sweeper::{SweepNow, SweepReport, Sweeper};
-use crate::build::Builder;
+use crate::builders::Builder;
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::ledger::transitions::RetryPolicy;
 use crate::metrics::Metrics;
+use crate::nudge::Nudge;
 
 /// What the actors of a node share. Read-only after start, except the two shutdown signals.
 pub struct NodeContext {
@@ -33,8 +34,8 @@ pub struct NodeContext {
     pub draining: watch::Receiver<bool>,
 }
 
-/// How to start a node beyond its settings.
-pub struct NodeOptions {
+/// How to start the actors beyond the node's settings.
+pub struct ActorOptions {
     pub builder: Arc<dyn Builder>,
     /// Shared with the HTTP surface; a fresh one by default.
     pub metrics: Arc<Metrics>,
@@ -42,7 +43,7 @@ pub struct NodeOptions {
     pub sweeper: bool,
 }
 
-impl NodeOptions {
+impl ActorOptions {
     pub fn new(builder: Arc<dyn Builder>) -> Self {
         Self {
             builder,
@@ -52,18 +53,18 @@ impl NodeOptions {
     }
 }
 
-/// A running node. Must be started inside an actix `System`.
-pub struct Node {
+/// The running actors of a node. Must be started inside an actix `System`.
+pub struct Actors {
     pub context: Arc<NodeContext>,
-    pub supervisor: Addr<Supervisor>,
-    pub sweeper: Addr<Sweeper>,
+    supervisor: Addr<Supervisor>,
+    sweeper: Addr<Sweeper>,
     draining: watch::Sender<bool>,
     cancel: watch::Sender<bool>,
 }
 
-impl Node {
+impl Actors {
     /// Starts the supervisor, the builder pool and the sweeper on the current arbiter.
-    pub fn start(settings: Arc<Settings>, pool: Pool, opts: NodeOptions) -> Self {
+    pub fn start(settings: Arc<Settings>, pool: Pool, opts: ActorOptions) -> Self {
         let (draining_tx, draining) = watch::channel(false);
         let (cancel_tx, cancel) = watch::channel(false);
         let node_id = settings.node_id();
@@ -88,7 +89,7 @@ impl Node {
         });
         let supervisor = Supervisor::new(context.clone()).start();
         let sweeper = Sweeper::new(context.clone(), supervisor.clone(), opts.sweeper).start();
-        tracing::info!(node_id = %context.node_id, builders = context.slots.size(), "node started");
+        tracing::info!(node_id = %context.node_id, builders = context.slots.size(), "actors started");
         Self {
             context,
             supervisor,
@@ -101,6 +102,24 @@ impl Node {
     /// Tells the node to look at a matter (what the transport does for every consumed event).
     pub fn nudge(&self, nudge: Nudge) {
         self.supervisor.do_send(nudge);
+    }
+
+    /// Where a transport sends its nudges.
+    pub fn nudges(&self) -> Recipient<Nudge> {
+        self.supervisor.clone().recipient()
+    }
+
+    /// The matter actor serving `key`, if one is alive (a test hook).
+    #[cfg(feature = "testing")]
+    pub async fn lookup(
+        &self,
+        key: crate::nudge::MatterKey,
+    ) -> Option<Addr<super::matter::MatterActor>> {
+        self.supervisor
+            .send(super::supervisor::Lookup(key))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Runs one sweep + reconcile pass now.
@@ -118,7 +137,7 @@ impl Node {
 
     /// Two-phase stop: no new claims, in-flight builds get `grace`, then the rest are cancelled
     /// and their claims released by token. Returns whether everything finished within grace.
-    pub async fn shutdown(&self, grace: Duration) -> bool {
+    pub async fn drain(&self, grace: Duration) -> bool {
         tracing::info!(
             grace_s = grace.as_secs_f64(),
             busy = self.context.slots.busy(),
@@ -134,26 +153,19 @@ impl Node {
             let _ = self.cancel.send(true);
             self.context.slots.wait_idle(Duration::from_secs(10)).await;
         }
-        self.sweeper.do_send(StopActor);
-        tracing::info!("shutdown complete");
+        self.sweeper.do_send(StopSweeper);
         drained
     }
 }
 
-/// Stops the actor that receives it.
+/// Stops the sweeper's timer for good.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct StopActor;
+struct StopSweeper;
 
-/// Every actor that can be told to stop.
-macro_rules! stoppable {
-    ($($t:ty),*) => {$(
-        impl Handler<StopActor> for $t {
-            type Result = ();
-            fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
-                ctx.stop();
-            }
-        }
-    )*};
+impl Handler<StopSweeper> for Sweeper {
+    type Result = ();
+    fn handle(&mut self, _: StopSweeper, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
 }
-stoppable!(Sweeper, crate::transport::postgres::PgTransport);

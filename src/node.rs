@@ -1,0 +1,252 @@
+//! A node: the one way to start briefrail, for `briefrail run`, the demo, the benchmark, the
+//! tests and every embedding application.
+//!
+//! A node owns its actors (supervisor, builder pool, sweeper), its transport (the one its
+//! settings name, delivering nudges to the actors) and, when asked, its HTTP surface. It starts
+//! them in the order that loses nothing (actors before the transport that feeds them) and stops
+//! them in one shutdown: stop intake (the transport), drain in-flight builds for
+//! `shutdown.grace_seconds`, cancel the rest (their claims handed back by token), then stop the
+//! HTTP surface.
+//!
+//! ```no_run
+//! # async fn start(settings: std::sync::Arc<briefrail::config::Settings>) -> briefrail::Result<()> {
+//! use std::sync::Arc;
+//! use briefrail::builders::brief::BriefBuilder;
+//! use briefrail::node::Node;
+//!
+//! let node = Node::builder(settings, Arc::new(BriefBuilder)).start().await?;
+//! // ... the application runs; facts recorded through the outbox reach the Brief ...
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Recipient;
+
+use crate::actors::{ActorOptions, Actors, NodeContext, SweepReport};
+use crate::builders::Builder;
+use crate::config::Settings;
+use crate::db::{self, Pool};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::nudge::Nudge;
+use crate::transport;
+
+/// How to start a [`Node`]; made by [`Node::builder`].
+pub struct NodeBuilder {
+    settings: Arc<Settings>,
+    builder: Arc<dyn Builder>,
+    pool: Option<Pool>,
+    metrics: Arc<Metrics>,
+    transport: bool,
+    periodic_sweeper: bool,
+    http: bool,
+}
+
+impl NodeBuilder {
+    /// Share an existing pool (an embedder's, or a test database's) instead of opening one
+    /// from `database.*`.
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Share the metrics with something else that renders them.
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Start no transport: nudges come only from [`Node::nudge`] (or from a transport the
+    /// caller starts itself with [`Node::nudges`]), and from the sweeper.
+    pub fn without_transport(mut self) -> Self {
+        self.transport = false;
+        self
+    }
+
+    /// Run sweeps only when asked ([`Node::sweep_now`]), not every `sweeper.interval_seconds`.
+    pub fn without_periodic_sweeper(mut self) -> Self {
+        self.periodic_sweeper = false;
+        self
+    }
+
+    /// Also serve the HTTP admin surface on `http.bind`.
+    #[cfg(feature = "http")]
+    pub fn with_http(mut self) -> Self {
+        self.http = true;
+        self
+    }
+
+    /// Starts the node on the current actix system. Refuses a database with pending
+    /// migrations (a node must never run statements its schema does not have).
+    pub async fn start(self) -> Result<Node> {
+        let settings = self.settings;
+        let pending = db::migrate::pending(settings.database.url.expose()).await?;
+        if !pending.is_empty() {
+            return Err(Error::migration(
+                format!(
+                    "{} migration(s) pending ({}): run `briefrail migrate` first",
+                    pending.len(),
+                    pending.join(", ")
+                ),
+                None,
+            ));
+        }
+        let pool = match self.pool {
+            Some(p) => p,
+            None => db::connect(&db::PoolOptions::from(&settings.database)).await?,
+        };
+        let mut opts = ActorOptions::new(self.builder);
+        opts.metrics = self.metrics.clone();
+        opts.sweeper = self.periodic_sweeper;
+        let actors = Actors::start(settings.clone(), pool.clone(), opts);
+        let transport = if self.transport {
+            let started = transport::start(
+                &settings,
+                pool.clone(),
+                self.metrics.clone(),
+                actors.nudges(),
+            )
+            .await;
+            match started {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    actors.drain(Duration::ZERO).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        #[cfg(feature = "http")]
+        let http = if self.http {
+            Some(crate::surface::http::serve(
+                crate::surface::http::HttpState {
+                    settings: settings.clone(),
+                    pool: pool.clone(),
+                    metrics: self.metrics.clone(),
+                    node_id: actors.context.node_id.clone(),
+                },
+            )?)
+        } else {
+            None
+        };
+        tracing::info!(node_id = %actors.context.node_id, transport = ?settings.transport.kind,
+                       with_transport = transport.is_some(), "node started");
+        Ok(Node {
+            settings,
+            actors,
+            transport,
+            #[cfg(feature = "http")]
+            http,
+        })
+    }
+}
+
+/// A running node. See the module documentation.
+pub struct Node {
+    settings: Arc<Settings>,
+    actors: Actors,
+    transport: Option<transport::Running>,
+    #[cfg(feature = "http")]
+    http: Option<(std::net::SocketAddr, actix_web::dev::ServerHandle)>,
+}
+
+impl Node {
+    /// A node with these settings, building with `builder`.
+    pub fn builder(settings: Arc<Settings>, builder: Arc<dyn Builder>) -> NodeBuilder {
+        NodeBuilder {
+            settings,
+            builder,
+            pool: None,
+            metrics: Arc::new(Metrics::default()),
+            transport: true,
+            periodic_sweeper: true,
+            http: false,
+        }
+    }
+
+    /// Tells the node to look at a matter (what the transport does for every consumed event).
+    pub fn nudge(&self, nudge: Nudge) {
+        self.actors.nudge(nudge);
+    }
+
+    /// Where a transport sends its nudges (for a transport the caller runs itself).
+    pub fn nudges(&self) -> Recipient<Nudge> {
+        self.actors.nudges()
+    }
+
+    /// Runs one sweep + reconcile pass now.
+    pub async fn sweep_now(&self) -> Result<SweepReport> {
+        self.actors.sweep_now().await
+    }
+
+    /// Matter actors alive now.
+    pub async fn actor_count(&self) -> usize {
+        self.actors.actor_count().await
+    }
+
+    /// What the actors share: settings, pool, node id, metrics, builder slots.
+    pub fn context(&self) -> &Arc<NodeContext> {
+        &self.actors.context
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.actors.context.metrics
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.actors.context.pool
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.actors.context.node_id
+    }
+
+    /// The HTTP surface's bound address, if it serves one (useful with port 0).
+    #[cfg(feature = "http")]
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(|(a, _)| *a)
+    }
+
+    /// The matter actor serving `key`, if one is alive (a test hook).
+    #[cfg(feature = "testing")]
+    pub async fn lookup(
+        &self,
+        key: crate::nudge::MatterKey,
+    ) -> Option<actix::Addr<crate::actors::matter::MatterActor>> {
+        self.actors.lookup(key).await
+    }
+
+    /// Stops the transport only (intake), leaving the actors running: what a test of a lost
+    /// transport, or an operator pausing intake, does. [`Node::shutdown`] does it too.
+    pub async fn stop_intake(&self) {
+        if let Some(t) = &self.transport {
+            t.stop().await;
+        }
+    }
+
+    /// The one shutdown, with `shutdown.grace_seconds` for in-flight builds. Returns whether
+    /// every build finished within the grace.
+    pub async fn shutdown(&self) -> bool {
+        self.shutdown_within(Duration::from_secs_f64(
+            self.settings.shutdown.grace_seconds,
+        ))
+        .await
+    }
+
+    /// The one shutdown: stop intake, drain for `grace`, cancel the rest (claims handed back
+    /// by token), stop the HTTP surface.
+    pub async fn shutdown_within(&self, grace: Duration) -> bool {
+        self.stop_intake().await;
+        let drained = self.actors.drain(grace).await;
+        #[cfg(feature = "http")]
+        if let Some((_, handle)) = &self.http {
+            handle.stop(true).await;
+        }
+        tracing::info!(node_id = %self.node_id(), drained, "node stopped");
+        drained
+    }
+}
