@@ -121,8 +121,12 @@ pub struct BuilderSettings {
     pub kind: BuilderKind,
     /// argv of the `command` builder.
     pub command: Vec<String>,
-    /// Endpoint of the `http` builder.
+    /// Endpoint of the `http` builder (`http://` or `https://`).
     pub url: SecretUrl,
+    /// PEM file of extra certificate authorities the `http` builder trusts for `https://`
+    /// (an on-prem firm's own CA), besides the system's. Empty: the system's only.
+    #[serde(default)]
+    pub ca_file: String,
     pub timeout_seconds: f64,
 }
 
@@ -348,6 +352,8 @@ impl Settings {
                 "must be zero or more",
             ));
         }
+        // The log settings are the binary's (an embedder installs its own subscriber).
+        #[cfg(feature = "cli")]
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| ConfigError::new("log.level", format!("not a tracing filter: {e}")))?;
         Ok(())

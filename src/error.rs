@@ -222,6 +222,7 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Error {
     }
 }
 
+#[cfg(feature = "amqp")]
 impl From<lapin::Error> for Error {
     fn from(e: lapin::Error) -> Self {
         Error::Broker(Redacted::new(e))

@@ -27,6 +27,7 @@ pub mod nudge;
 pub mod schema;
 pub mod secret;
 pub mod surface;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod trace;
 pub mod transport;

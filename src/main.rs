@@ -23,7 +23,10 @@ fn main() -> ExitCode {
     briefrail::surface::logging::init(&settings.log);
     if let cli::Command::Run = args.command {
         let settings = std::sync::Arc::new(settings);
-        let builder = briefrail::builders::from_settings(&settings.builder);
+        let builder = match briefrail::builders::from_settings(&settings.builder) {
+            Ok(b) => b,
+            Err(e) => return finish(Err(e)),
+        };
         let system = actix_rt::System::new();
         let result = system.block_on(briefrail::surface::run::run(
             settings,

@@ -42,6 +42,7 @@ pub struct NodeBuilder {
     metrics: Arc<Metrics>,
     transport: bool,
     periodic_sweeper: bool,
+    #[cfg(feature = "http")]
     http: bool,
 }
 
@@ -164,6 +165,7 @@ impl Node {
             metrics: Arc::new(Metrics::default()),
             transport: true,
             periodic_sweeper: true,
+            #[cfg(feature = "http")]
             http: false,
         }
     }

@@ -336,9 +336,7 @@ async fn the_http_builder_takes_2xx_json_and_fails_other_statuses() {
     let stop = handle.handle();
     actix_rt::spawn(handle);
     let http = |path: &str| -> Arc<dyn Builder> {
-        Arc::new(HttpBuilder::new(SecretUrl::new(format!(
-            "http://{addr}{path}"
-        ))))
+        Arc::new(HttpBuilder::new(SecretUrl::new(format!("http://{addr}{path}")), vec![]).unwrap())
     };
 
     let ok = run_once(&db, http("/ok"), |_| {}).await;
@@ -366,4 +364,120 @@ async fn the_http_builder_takes_2xx_json_and_fails_other_statuses() {
     assert_eq!(slow.outcome, RunOutcome::Failed);
     assert!(slow.error.unwrap().contains("timed out"));
     stop.stop(false).await;
+}
+
+/// An HTTPS endpoint on loopback with a certificate for `localhost` signed by nobody the
+/// system trusts: it answers every request with `{"over": "tls"}`. Returns its port and the
+/// certificate's PEM (what an operator puts in `builder.ca_file`).
+async fn https_endpoint() -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let pem = cert.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    actix_rt::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            actix_rt::spawn(async move {
+                // A failed handshake (the untrusted client) just ends this connection.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = Vec::new();
+                // Read the head and the body the head announces.
+                loop {
+                    let Ok(n) = tls.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let body = r#"{"over":"tls"}"#;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(resp.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, pem)
+}
+
+#[actix_rt::test]
+async fn the_http_builder_speaks_https_and_trusts_only_the_configured_ca() {
+    let db = TestDb::new(8).await.unwrap();
+    let (port, pem) = https_endpoint().await;
+    let url = SecretUrl::new(format!("https://localhost:{port}/brief"));
+    let dir = std::env::temp_dir().join(format!("briefrail-ca-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &pem).unwrap();
+
+    // Trusting the endpoint's CA (builder.ca_file, as an operator configures it): it lands.
+    let mut s = Settings::defaults();
+    s.builder.kind = briefrail::config::BuilderKind::Http;
+    s.builder.url = url.clone();
+    s.builder.ca_file = ca_file.display().to_string();
+    let trusted = briefrail::builders::from_settings(&s.builder).expect("the CA file loads");
+    let ok = run_once(&db, trusted, |_| {}).await;
+    assert_eq!(ok.outcome, RunOutcome::Landed, "{:?}", ok.error);
+    let mut c = db.pool.get().await.unwrap();
+    assert_eq!(
+        reads::latest_frame(&mut c, ok.firm_id, ok.matter_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .body,
+        serde_json::json!({"over": "tls"})
+    );
+
+    // Without it, the certificate is refused: the build fails, nothing lands.
+    let untrusted: Arc<dyn Builder> = Arc::new(HttpBuilder::new(url, vec![]).unwrap());
+    let refused = run_once(&db, untrusted, |_| {}).await;
+    assert_eq!(refused.outcome, RunOutcome::Failed);
+    assert!(
+        refused
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("POST https://localhost"),
+        "{:?}",
+        refused.error
+    );
+
+    // A CA file that is not PEM fails at start, naming the setting.
+    std::fs::write(&ca_file, "not a certificate").unwrap();
+    let Err(e) = briefrail::builders::from_settings(&s.builder) else {
+        panic!("a CA file without a certificate must be refused");
+    };
+    assert!(e.to_string().contains("builder.ca_file"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
 }

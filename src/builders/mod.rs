@@ -14,6 +14,7 @@
 pub mod brief;
 pub mod command;
 pub mod context;
+#[cfg(feature = "http")]
 pub mod http;
 
 use std::sync::Arc;
@@ -33,11 +34,19 @@ pub trait Builder: Send + Sync + 'static {
     fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, Result<Frame>>;
 }
 
-/// The builder `builder.kind` names.
-pub fn from_settings(s: &BuilderSettings) -> Arc<dyn Builder> {
-    match s.kind {
+/// The builder `builder.kind` names. Fails when it cannot be made (the `http` builder's TLS
+/// settings, or a build without the `http` feature).
+pub fn from_settings(s: &BuilderSettings) -> Result<Arc<dyn Builder>> {
+    Ok(match s.kind {
         BuilderKind::Brief => Arc::new(brief::BriefBuilder),
         BuilderKind::Command => Arc::new(command::CommandBuilder::new(s.command.clone())),
-        BuilderKind::Http => Arc::new(http::HttpBuilder::new(s.url.clone())),
-    }
+        #[cfg(feature = "http")]
+        BuilderKind::Http => Arc::new(http::HttpBuilder::from_settings(s)?),
+        #[cfg(not(feature = "http"))]
+        BuilderKind::Http => {
+            return Err(crate::Error::InvalidInput(
+                "builder.kind = \"http\", but this build of briefrail has no http feature".into(),
+            ));
+        }
+    })
 }

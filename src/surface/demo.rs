@@ -146,6 +146,7 @@ pub async fn run(base: &Settings) -> Result<()> {
         "briefrail-demo-{}",
         &Uuid::new_v4().simple().to_string()[..8]
     );
+    #[cfg(feature = "amqp")]
     let broker_up = matches!(
         tokio::time::timeout(
             Duration::from_secs(3),
@@ -154,6 +155,8 @@ pub async fn run(base: &Settings) -> Result<()> {
         .await,
         Ok(Ok(_))
     );
+    #[cfg(not(feature = "amqp"))]
+    let broker_up = false;
     s.transport.kind = if broker_up {
         TransportKind::Amqp
     } else {
@@ -465,6 +468,7 @@ pub async fn run(base: &Settings) -> Result<()> {
     b.stop_intake().await;
     a.shutdown_within(Duration::from_secs(1)).await;
     b.shutdown_within(Duration::from_secs(1)).await;
+    #[cfg(feature = "amqp")]
     if broker_up {
         crate::transport::amqp::Topology::new(&s.transport.prefix)
             .delete(&s.transport.amqp_url)

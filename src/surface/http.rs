@@ -139,6 +139,9 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
     let pending = crate::db::migrate::pending(state.settings.database.url.expose()).await;
     let broker = match state.settings.transport.kind {
         TransportKind::Postgres => Ok(()),
+        #[cfg(not(feature = "amqp"))]
+        TransportKind::Amqp => Err("this build has no amqp transport".to_owned()),
+        #[cfg(feature = "amqp")]
         TransportKind::Amqp => {
             match tokio::time::timeout(
                 std::time::Duration::from_secs(3),

@@ -19,7 +19,10 @@ pub async fn run(
     builder: Arc<dyn Builder>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    let node = Node::builder(settings, builder).with_http().start().await?;
+    let node = Node::builder(settings, builder);
+    #[cfg(feature = "http")]
+    let node = node.with_http();
+    let node = node.start().await?;
     tracing::info!(node_id = %node.node_id(), "briefrail is running");
     shutdown.await;
     node.shutdown().await;
