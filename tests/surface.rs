@@ -206,13 +206,67 @@ async fn the_admin_api_answers_over_a_real_socket() {
     assert_eq!(
         client
             .post(format!("{path}/brief-requests"))
-            .insert_header(auth)
+            .insert_header(auth.clone())
             .send()
             .await
             .unwrap()
             .status(),
         409
     );
+    // The status page (a template) shows a failed run's error escaped, never as markup.
+    {
+        use briefrail::ledger::transitions::{self as t, ClaimRequest, RetryPolicy};
+        let (f, m) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut c = node.pool().get().await.unwrap();
+        let claim = t::claim(
+            &mut c,
+            &ClaimRequest {
+                firm_id: f,
+                matter_id: m,
+                lease: Duration::from_secs(60),
+                node_id: "<b>node</b>".into(),
+                trace_id: None,
+                event_ids: vec![],
+                kind: briefrail::ledger::ClaimKind::NewDemand,
+                max_attempts: 5,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let policy = RetryPolicy {
+            max_attempts: 5,
+            backoff_base: Duration::from_secs(60),
+            backoff_max: Duration::from_secs(60),
+        };
+        t::fail(&mut c, &claim, "<script>alert(1)</script>", false, &policy)
+            .await
+            .unwrap();
+        let mut r = client
+            .get(&base)
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let page = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+        assert!(
+            page.contains("Recent fenced, failed and expired runs"),
+            "{page}"
+        );
+        assert!(
+            page.contains(&m.to_string()),
+            "the failed matter is listed: {page}"
+        );
+        assert!(
+            page.contains("&#60;script&#62;") || page.contains("&lt;script&gt;"),
+            "{page}"
+        );
+        assert!(
+            !page.contains("<script>") && !page.contains("<b>node</b>"),
+            "{page}"
+        );
+    }
     node.shutdown_within(Duration::from_secs(1)).await;
 }
 

@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::Actor;
@@ -31,8 +30,8 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use uuid::Uuid;
 
-fn get(a: &std::sync::atomic::AtomicU64) -> u64 {
-    std::sync::atomic::AtomicU64::load(a, Ordering::SeqCst)
+fn get(c: &prometheus_client::metrics::counter::Counter) -> u64 {
+    c.get()
 }
 
 struct Rig {

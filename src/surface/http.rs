@@ -10,7 +10,6 @@
 //! When `http.token` is set, `/api/*` and `/` require `Authorization: Bearer <token>`; a node
 //! bound beyond loopback refuses to start without one (config validation).
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -18,6 +17,7 @@ use actix_web::dev::ServerHandle;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
+use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::config::{Settings, TransportKind};
@@ -78,14 +78,8 @@ fn authorized(req: &HttpRequest, state: &HttpState) -> bool {
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    // Constant-time comparison: no timing oracle on the token.
-    given.is_some_and(|g| {
-        g.len() == token.len()
-            && g.bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    })
+    // Constant-time comparison (`subtle`): no timing oracle on the token's bytes.
+    given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())))
 }
 
 fn unauthorized() -> HttpResponse {
@@ -181,57 +175,24 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
 }
 
 async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
-    let mut out = String::new();
-    state.metrics.render(&mut out);
     let gauges = async {
         let mut c = state.pool.get().await?;
         reads::gauges(&mut c).await
     }
     .await;
-    let up = gauges.is_ok() as u8;
+    let l = &state.metrics.ledger;
+    l.ledger_up.set(if gauges.is_ok() { 1.0 } else { 0.0 });
     let g = gauges.unwrap_or_default();
-    for (name, help, v) in [
-        (
-            "briefrail_outbox_backlog",
-            "Outbox events not yet published",
-            g.outbox_backlog as f64,
-        ),
-        (
-            "briefrail_outbox_oldest_unpublished_seconds",
-            "Age of the oldest unpublished event",
-            g.oldest_unpublished_seconds,
-        ),
-        (
-            "briefrail_matters_unserved",
-            "Matters whose landed frame is behind their demand",
-            g.unserved_matters as f64,
-        ),
-        (
-            "briefrail_builds_running",
-            "Matters with a build in flight (any node)",
-            g.running_builds as f64,
-        ),
-        (
-            "briefrail_matters_failed",
-            "Matters whose last build failed with demand unserved",
-            g.failed_matters as f64,
-        ),
-        (
-            "briefrail_events_stranded",
-            "Events republished to the cap and still not consumed: facts that may be missing from a Brief",
-            g.stranded_events as f64,
-        ),
-        (
-            "briefrail_ledger_up",
-            "Whether this node could read the ledger for these gauges",
-            up as f64,
-        ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    }
+    l.outbox_backlog.set(g.outbox_backlog as f64);
+    l.oldest_unpublished_seconds
+        .set(g.oldest_unpublished_seconds);
+    l.matters_unserved.set(g.unserved_matters as f64);
+    l.builds_running.set(g.running_builds as f64);
+    l.matters_failed.set(g.failed_matters as f64);
+    l.events_stranded.set(g.stranded_events as f64);
     HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(out)
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(state.metrics.render())
 }
 
 async fn matter(
@@ -288,13 +249,6 @@ async fn brief_request(
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
     if !authorized(&req, &state) {
         return unauthorized();
@@ -312,74 +266,31 @@ async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
         Ok(d) => d,
         Err(e) => return error_response(&e),
     };
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        "<!doctype html><html><head><meta charset=utf-8><title>briefrail: {node}</title>\
-         <style>body{{font:14px system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}.bad{{color:#a00}}</style></head><body>\
-         <h1>briefrail</h1><p>node <b>{node}</b> · outbox backlog <b>{b}</b> (oldest {o:.1} s) · \
-         unserved matters <b>{u}</b> · builds running <b>{r}</b> · failed matters <b class=bad>{f}</b> · \
-         stranded events <b class=bad>{s}</b></p>",
-        node = esc(&state.node_id),
-        b = g.outbox_backlog,
-        o = g.oldest_unpublished_seconds,
-        u = g.unserved_matters,
-        r = g.running_builds,
-        f = g.failed_matters,
-        s = g.stranded_events
-    );
-    if g.stranded_events > 0 {
-        let _ = write!(
-            h,
-            "<p class=bad><b>{} event(s) were republished {} times and never consumed</b>: some Brief may be \
-             missing a fact. Fix what keeps the trigger from consuming them (the consumer, the queue, \
-             the dead-letter queue), then run <code>briefrail outbox republish-stranded</code>.</p>",
-            g.stranded_events,
-            crate::ledger::outbox::REPUBLISH_CAP
-        );
-    }
-    h.push_str("<h2>Matters with unserved demand</h2><table><tr><th>firm</th><th>matter</th><th>status</th><th>requested</th><th>landed</th><th>failures</th><th>updated</th></tr>");
-    for j in &unserved {
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            j.firm_id,
-            j.matter_id,
-            esc(j.run_status.as_str()),
-            j.requested_generation,
-            j.landed_generation,
-            j.consecutive_failures,
-            j.updated_at.to_rfc3339()
-        );
-    }
-    h.push_str("</table><h2>Builds running now</h2><table><tr><th>matter</th><th>token</th><th>node</th><th>started</th><th>heartbeat</th></tr>");
-    for r in &running {
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.matter_id,
-            r.token,
-            esc(&r.node_id),
-            r.started_at.to_rfc3339(),
-            r.heartbeat_at.to_rfc3339()
-        );
-    }
-    h.push_str("</table><h2>Recent fenced, failed and expired runs</h2><table><tr><th>matter</th><th>token</th><th>outcome</th><th>node</th><th>started</th><th>error</th></tr>");
-    for r in &bad {
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td class=bad>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.matter_id,
-            r.token,
-            esc(r.outcome.as_str()),
-            esc(&r.node_id),
-            r.started_at.to_rfc3339(),
-            esc(r.error.as_deref().unwrap_or(""))
-        );
-    }
-    h.push_str("</table></body></html>");
+    let page = StatusPage {
+        node_id: &state.node_id,
+        g,
+        republish_cap: crate::ledger::outbox::REPUBLISH_CAP,
+        unserved,
+        running,
+        bad,
+    };
+    let h = match askama::Template::render(&page) {
+        Ok(h) => h,
+        Err(e) => return error_response(&Error::internal_from("rendering the status page", e)),
+    };
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .body(h)
+}
+
+/// The status page (`src/surface/templates/status.html`); askama escapes every value.
+#[derive(askama::Template)]
+#[template(path = "status.html")]
+struct StatusPage<'a> {
+    node_id: &'a str,
+    g: reads::LedgerGauges,
+    republish_cap: i32,
+    unserved: Vec<crate::ledger::JobRow>,
+    running: Vec<crate::ledger::RunRow>,
+    bad: Vec<crate::ledger::RunRow>,
 }
