@@ -19,41 +19,68 @@ pub const BUILD_SECONDS_BUCKETS: [f64; 10] =
 /// A gauge holding a float.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
-/// The ledger's state as gauges, set from `ledger::reads::gauges` at each scrape.
-#[derive(Debug, Default)]
-pub struct LedgerGauges {
-    pub outbox_backlog: FloatGauge,
-    pub oldest_unpublished_seconds: FloatGauge,
-    pub matters_unserved: FloatGauge,
-    pub builds_running: FloatGauge,
-    pub matters_failed: FloatGauge,
-    pub events_stranded: FloatGauge,
-    /// Whether this node could read the ledger for these gauges.
-    pub ledger_up: FloatGauge,
+/// Declares a struct of metrics and its registration: each field with the name it is
+/// registered under (the client adds `briefrail_` and, for counters, `_total`) and its help.
+macro_rules! metric_set {
+    ($(#[$meta:meta])* $name:ident of $ty:ty { $($(#[$fmeta:meta])* $field:ident => $help:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)+
+        }
+
+        impl $name {
+            /// Registers a clone of each (clones share their value with the field).
+            fn register(&self, r: &mut Registry) {
+                $(r.register(stringify!($field), $help, self.$field.clone());)+
+            }
+        }
+    };
+}
+
+metric_set! {
+    /// What this node counts.
+    Counters of Counter {
+        builds_started => "Builds started (claims won)",
+        builds_landed => "Frames landed",
+        builds_fenced => "Builds refused at the ledger: stale token",
+        builds_failed => "Builds that failed (error or timeout)",
+        builds_released => "Claims handed back at shutdown",
+        builds_lease_expired => "Claims this node's sweeper expired",
+        /// Claims that found a live build and recorded their demand on it instead.
+        claim_conflicts => "Claims that found a live build and recorded their demand",
+        /// Nudges absorbed by a pending or running build of the same matter.
+        demands_coalesced => "Nudges absorbed by a pending or running build",
+        nudges_received => "Nudges delivered to matter actors",
+        events_published => "Outbox events confirmed by the broker",
+        events_consumed => "Events applied by the trigger",
+        events_duplicate => "Duplicate deliveries acked with no effect",
+        events_republished => "Events republished by reconciliation",
+        dead_lettered => "Messages sent to the dead-letter queue",
+        /// Nudges whose event id the ledger does not know, or whose fields disagree with the
+        /// event's outbox row: refused to the dead-letter queue, with no effect.
+        nudges_refused => "Nudges the ledger does not confirm (unknown event id or forged fields), dead-lettered",
+    }
+}
+
+metric_set! {
+    /// The ledger's state as gauges, set from `ledger::reads::gauges` at each scrape.
+    LedgerGauges of FloatGauge {
+        outbox_backlog => "Outbox events not yet published",
+        oldest_unpublished_seconds => "Age of the oldest unpublished event",
+        matters_unserved => "Matters whose landed frame is behind their demand",
+        builds_running => "Matters with a build in flight (any node)",
+        matters_failed => "Matters whose last build failed with demand unserved",
+        events_stranded => "Events republished to the cap and still not consumed: facts that may be missing from a Brief",
+        /// Whether this node could read the ledger for these gauges.
+        ledger_up => "Whether this node could read the ledger for these gauges",
+    }
 }
 
 /// This node's metrics and the registry that renders them.
 #[derive(Debug)]
 pub struct Metrics {
-    pub builds_started: Counter,
-    pub builds_landed: Counter,
-    pub builds_fenced: Counter,
-    pub builds_failed: Counter,
-    pub builds_released: Counter,
-    pub builds_lease_expired: Counter,
-    /// Claims that found a live build and recorded their demand on it instead.
-    pub claim_conflicts: Counter,
-    /// Nudges absorbed by a pending or running build of the same matter.
-    pub demands_coalesced: Counter,
-    pub nudges_received: Counter,
-    pub events_published: Counter,
-    pub events_consumed: Counter,
-    pub events_duplicate: Counter,
-    pub events_republished: Counter,
-    pub dead_lettered: Counter,
-    /// Nudges whose event id the ledger does not know, or whose fields disagree with the
-    /// event's outbox row: refused to the dead-letter queue, with no effect.
-    pub nudges_refused: Counter,
+    pub counters: Counters,
     pub build_seconds: Histogram,
     pub ledger: LedgerGauges,
     registry: Registry,
@@ -61,28 +88,31 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut m = Metrics {
-            builds_started: Counter::default(),
-            builds_landed: Counter::default(),
-            builds_fenced: Counter::default(),
-            builds_failed: Counter::default(),
-            builds_released: Counter::default(),
-            builds_lease_expired: Counter::default(),
-            claim_conflicts: Counter::default(),
-            demands_coalesced: Counter::default(),
-            nudges_received: Counter::default(),
-            events_published: Counter::default(),
-            events_consumed: Counter::default(),
-            events_duplicate: Counter::default(),
-            events_republished: Counter::default(),
-            dead_lettered: Counter::default(),
-            nudges_refused: Counter::default(),
-            build_seconds: Histogram::new(BUILD_SECONDS_BUCKETS),
-            ledger: LedgerGauges::default(),
-            registry: Registry::with_prefix("briefrail"),
-        };
-        m.register();
-        m
+        let counters = Counters::default();
+        let build_seconds = Histogram::new(BUILD_SECONDS_BUCKETS);
+        let ledger = LedgerGauges::default();
+        let mut registry = Registry::with_prefix("briefrail");
+        counters.register(&mut registry);
+        registry.register(
+            "build_duration_seconds",
+            "Build duration, claim to commit",
+            build_seconds.clone(),
+        );
+        ledger.register(&mut registry);
+        Metrics {
+            counters,
+            build_seconds,
+            ledger,
+            registry,
+        }
+    }
+}
+
+impl std::ops::Deref for Metrics {
+    type Target = Counters;
+    /// `metrics.counters.builds_landed` reads as the counter it is.
+    fn deref(&self) -> &Counters {
+        &self.counters
     }
 }
 
@@ -94,134 +124,6 @@ impl Metrics {
 
     pub fn observe_build(&self, d: std::time::Duration) {
         self.build_seconds.observe(d.as_secs_f64());
-    }
-
-    /// Every metric with its name (the client adds `briefrail_` and, for counters, `_total`)
-    /// and help. The registry holds clones: they share their values with the fields.
-    fn register(&mut self) {
-        let r = &mut self.registry;
-        let counters: [(&str, &str, &Counter); 15] = [
-            (
-                "builds_started",
-                "Builds started (claims won)",
-                &self.builds_started,
-            ),
-            ("builds_landed", "Frames landed", &self.builds_landed),
-            (
-                "builds_fenced",
-                "Builds refused at the ledger: stale token",
-                &self.builds_fenced,
-            ),
-            (
-                "builds_failed",
-                "Builds that failed (error or timeout)",
-                &self.builds_failed,
-            ),
-            (
-                "builds_released",
-                "Claims handed back at shutdown",
-                &self.builds_released,
-            ),
-            (
-                "builds_lease_expired",
-                "Claims this node's sweeper expired",
-                &self.builds_lease_expired,
-            ),
-            (
-                "claim_conflicts",
-                "Claims that found a live build and recorded their demand",
-                &self.claim_conflicts,
-            ),
-            (
-                "demands_coalesced",
-                "Nudges absorbed by a pending or running build",
-                &self.demands_coalesced,
-            ),
-            (
-                "nudges_received",
-                "Nudges delivered to matter actors",
-                &self.nudges_received,
-            ),
-            (
-                "events_published",
-                "Outbox events confirmed by the broker",
-                &self.events_published,
-            ),
-            (
-                "events_consumed",
-                "Events applied by the trigger",
-                &self.events_consumed,
-            ),
-            (
-                "events_duplicate",
-                "Duplicate deliveries acked with no effect",
-                &self.events_duplicate,
-            ),
-            (
-                "events_republished",
-                "Events republished by reconciliation",
-                &self.events_republished,
-            ),
-            (
-                "dead_lettered",
-                "Messages sent to the dead-letter queue",
-                &self.dead_lettered,
-            ),
-            (
-                "nudges_refused",
-                "Nudges the ledger does not confirm (unknown event id or forged fields), dead-lettered",
-                &self.nudges_refused,
-            ),
-        ];
-        for (name, help, c) in counters {
-            r.register(name, help, c.clone());
-        }
-        r.register(
-            "build_duration_seconds",
-            "Build duration, claim to commit",
-            self.build_seconds.clone(),
-        );
-        let g = &self.ledger;
-        let gauges: [(&str, &str, &FloatGauge); 7] = [
-            (
-                "outbox_backlog",
-                "Outbox events not yet published",
-                &g.outbox_backlog,
-            ),
-            (
-                "outbox_oldest_unpublished_seconds",
-                "Age of the oldest unpublished event",
-                &g.oldest_unpublished_seconds,
-            ),
-            (
-                "matters_unserved",
-                "Matters whose landed frame is behind their demand",
-                &g.matters_unserved,
-            ),
-            (
-                "builds_running",
-                "Matters with a build in flight (any node)",
-                &g.builds_running,
-            ),
-            (
-                "matters_failed",
-                "Matters whose last build failed with demand unserved",
-                &g.matters_failed,
-            ),
-            (
-                "events_stranded",
-                "Events republished to the cap and still not consumed: facts that may be missing from a Brief",
-                &g.events_stranded,
-            ),
-            (
-                "ledger_up",
-                "Whether this node could read the ledger for these gauges",
-                &g.ledger_up,
-            ),
-        ];
-        for (name, help, gauge) in gauges {
-            r.register(name, help, gauge.clone());
-        }
     }
 
     /// The OpenMetrics text of every metric.
@@ -240,8 +142,8 @@ mod tests {
     #[test]
     fn renders_counters_histogram_and_gauges_by_their_names() {
         let m = Metrics::default();
-        Metrics::inc(&m.builds_landed);
-        Metrics::inc(&m.builds_landed);
+        Metrics::inc(&m.counters.builds_landed);
+        Metrics::inc(&m.counters.builds_landed);
         m.observe_build(std::time::Duration::from_millis(70));
         m.ledger.matters_unserved.set(3.0);
         let text = m.render();

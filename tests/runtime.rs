@@ -210,7 +210,7 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
         frames.iter().map(|f| f.generation).collect::<Vec<_>>(),
         vec![token_a + 1]
     );
-    assert_eq!(a.metrics().builds_fenced.get(), 1);
+    assert_eq!(a.metrics().counters.builds_fenced.get(), 1);
 }
 
 #[actix_rt::test]
@@ -278,7 +278,7 @@ async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up
         frames[0].generation == first.claimed_generation
             && frames[1].generation == done.landed_generation
     );
-    assert!(node.context().metrics.demands_coalesced.get() >= 29);
+    assert!(node.context().metrics.counters.demands_coalesced.get() >= 29);
 }
 
 #[actix_rt::test]
@@ -333,7 +333,10 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
         "{first:?}"
     );
     assert_eq!(runs[0].token, j.landed_generation);
-    assert_eq!(other.context().metrics.builds_lease_expired.get(), 0);
+    assert_eq!(
+        other.context().metrics.counters.builds_lease_expired.get(),
+        0
+    );
 }
 
 #[actix_rt::test]
@@ -387,7 +390,7 @@ async fn ten_thousand_matters_land_and_idle_actors_are_stopped() {
         peak > 5_000,
         "the supervisor should have held thousands of actors at peak ({peak})"
     );
-    assert_eq!(node.metrics().builds_landed.get(), 10_000);
+    assert_eq!(node.metrics().counters.builds_landed.get(), 10_000);
 }
 
 #[actix_rt::test]

@@ -187,10 +187,14 @@ async fn a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once(
     eventually(
         Duration::from_secs(10),
         "the duplicate delivery",
-        || async { (get(&r.opts.metrics.events_duplicate) >= 1).then_some(()) },
+        || async { (get(&r.opts.metrics.counters.events_duplicate) >= 1).then_some(()) },
     )
     .await;
-    assert_eq!(get(&r.opts.metrics.events_consumed), 1, "applied once");
+    assert_eq!(
+        get(&r.opts.metrics.counters.events_consumed),
+        1,
+        "applied once"
+    );
     assert_eq!(
         count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await,
         1
@@ -253,7 +257,7 @@ async fn a_purged_queue_is_reconciled_and_the_demand_served() {
         )
         .await;
     }
-    assert!(get(&r.opts.metrics.events_republished) >= 5);
+    assert!(get(&r.opts.metrics.counters.events_republished) >= 5);
 }
 
 #[actix_rt::test]
@@ -310,7 +314,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
     assert!(reasons[1].contains("event_id"), "{reasons:?}");
     assert!(reasons[2].contains("not in the ledger"), "{reasons:?}");
     assert!(reasons[3].contains("exceeds"), "{reasons:?}");
-    assert_eq!(get(&r.opts.metrics.dead_lettered), 4);
+    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 4);
 }
 
 #[actix_rt::test]
@@ -506,7 +510,7 @@ async fn the_postgres_transport_applies_each_event_once_and_survives_late_commit
             .requested_generation,
         before.requested_generation
     );
-    assert!(get(&r.opts.metrics.events_duplicate) >= 2);
+    assert!(get(&r.opts.metrics.counters.events_duplicate) >= 2);
     assert_eq!(
         count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await,
         2
@@ -575,7 +579,7 @@ async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconcil
         || async { served(&r.db, firm, matter).await.then_some(()) },
     )
     .await;
-    assert!(get(&r.opts.metrics.events_republished) >= 1);
+    assert!(get(&r.opts.metrics.counters.events_republished) >= 1);
 }
 
 /// Publishes one outbox row as the relay would (its envelope, mandatory, confirmed).
@@ -649,7 +653,9 @@ async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_th
     forged.matter_id = b;
     publish_row(&ch, &ex, &forged).await;
     eventually(Duration::from_secs(20), "the forgery handled", || async {
-        (get(&r.opts.metrics.dead_lettered) + get(&r.opts.metrics.events_consumed) >= 3)
+        (get(&r.opts.metrics.counters.dead_lettered)
+            + get(&r.opts.metrics.counters.events_consumed)
+            >= 3)
             .then_some(())
     })
     .await;
@@ -666,7 +672,7 @@ async fn a_forged_nudge_on_the_bus_is_dead_lettered_and_the_real_fact_reaches_th
     .await;
     let reason = next_dead_letter_reason(&ch, &r.scope).await;
     assert_eq!(
-        get(&r.opts.metrics.nudges_refused),
+        get(&r.opts.metrics.counters.nudges_refused),
         1,
         "the refusal is counted"
     );
@@ -708,7 +714,7 @@ async fn every_recorded_fact_drains_from_the_outbox_even_one_the_rail_does_not_h
     })
     .await;
     assert_eq!(
-        get(&r.opts.metrics.dead_lettered),
+        get(&r.opts.metrics.counters.dead_lettered),
         0,
         "a valid fact is not a dead letter"
     );

@@ -100,10 +100,10 @@ impl BuilderPool {
     /// Waits until no build is running, or `timeout` passes. Returns whether all are idle.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
         let all = self.size() as u32;
-        match tokio::time::timeout(timeout, self.semaphore.acquire_many(all)).await {
-            Ok(Ok(_permits)) => true,
-            _ => false,
-        }
+        matches!(
+            tokio::time::timeout(timeout, self.semaphore.acquire_many(all)).await,
+            Ok(Ok(_permits))
+        )
     }
 }
 
@@ -194,7 +194,7 @@ pub async fn run_build(
     event_ids: Vec<Uuid>,
 ) -> BuildOutcome {
     let started = Instant::now();
-    Metrics::inc(&env.metrics.builds_started);
+    Metrics::inc(&env.metrics.counters.builds_started);
     tracing::info!("build started");
     let ctx = BuildContext {
         firm_id: claim.firm_id,
@@ -227,7 +227,7 @@ pub async fn run_build(
     env.metrics.observe_build(started.elapsed());
     match &outcome {
         BuildOutcome::Landed(l) => {
-            Metrics::inc(&env.metrics.builds_landed);
+            Metrics::inc(&env.metrics.counters.builds_landed);
             tracing::info!(
                 follow_up = matches!(l, Landed::FollowUp(_)),
                 elapsed_ms = started.elapsed().as_millis() as u64,
@@ -235,15 +235,15 @@ pub async fn run_build(
             );
         }
         BuildOutcome::Fenced => {
-            Metrics::inc(&env.metrics.builds_fenced);
+            Metrics::inc(&env.metrics.counters.builds_fenced);
             tracing::warn!("fenced: the token is stale; nothing was written");
         }
         BuildOutcome::Failed(e) => {
-            Metrics::inc(&env.metrics.builds_failed);
+            Metrics::inc(&env.metrics.counters.builds_failed);
             tracing::warn!(error = %e, "build failed");
         }
         BuildOutcome::Released => {
-            Metrics::inc(&env.metrics.builds_released);
+            Metrics::inc(&env.metrics.counters.builds_released);
             tracing::info!("claim released at shutdown");
         }
         BuildOutcome::Unsettled(e) => {

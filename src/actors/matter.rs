@@ -195,7 +195,7 @@ async fn claim_cycle(
         Ok(ClaimOutcome::Recorded {
             requested_generation,
         }) => {
-            Metrics::inc(&node.metrics.claim_conflicts);
+            Metrics::inc(&node.metrics.counters.claim_conflicts);
             tracing::debug!(firm_id = %key.firm_id, matter_id = %key.matter_id, requested_generation,
                             "a live build holds the matter; demand recorded on it");
             None
@@ -227,7 +227,7 @@ impl Handler<Nudge> for MatterActor {
     type Result = ();
 
     fn handle(&mut self, msg: Nudge, ctx: &mut Context<Self>) {
-        Metrics::inc(&self.node.metrics.nudges_received);
+        Metrics::inc(&self.node.metrics.counters.nudges_received);
         self.last_activity = Instant::now();
         let coalesced = self.pending.is_some() || self.cycle_running;
         let p = self.pending.get_or_insert_with(Pending::default);
@@ -239,7 +239,7 @@ impl Handler<Nudge> for MatterActor {
             }
         }
         if coalesced {
-            Metrics::inc(&self.node.metrics.demands_coalesced);
+            Metrics::inc(&self.node.metrics.counters.demands_coalesced);
         }
         if !self.cycle_running {
             self.schedule(ctx);

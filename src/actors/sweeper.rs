@@ -55,7 +55,7 @@ impl Sweeper {
         // Each row carries its claimer's deadline: this node's lease setting plays no part.
         let expired = t::sweep(&mut conn, batch).await?;
         for (m, token) in &expired {
-            Metrics::inc(&node.metrics.builds_lease_expired);
+            Metrics::inc(&node.metrics.counters.builds_lease_expired);
             tracing::warn!(firm_id = %m.firm_id, matter_id = %m.matter_id, token, "lease expired; claim failed by the sweep");
         }
         // A fresh demand's own nudge is on its way: leave it a debounce cap and a second.

@@ -23,6 +23,8 @@ use super::models::Claim;
 use super::states::{ClaimKind, RunStatus};
 use crate::error::{Error, Result};
 
+/// The SQL functions, declared with their SQL signatures (which take what the statement needs).
+#[allow(clippy::too_many_arguments)]
 pub(super) mod sql {
     use super::*;
 

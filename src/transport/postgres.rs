@@ -131,10 +131,10 @@ pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) ->
         })
         .await?;
     for _ in 0..duplicates {
-        Metrics::inc(&opts.metrics.events_duplicate);
+        Metrics::inc(&opts.metrics.counters.events_duplicate);
     }
     for nudge in found {
-        Metrics::inc(&opts.metrics.events_consumed);
+        Metrics::inc(&opts.metrics.counters.events_consumed);
         nudges.do_send(nudge);
     }
     Ok(taken)

@@ -351,7 +351,7 @@ impl Model for Rail {
                 true
             }
             Action::Heartbeat(n) => {
-                let b = s.nodes[n].build()?.clone();
+                let b = *s.nodes[n].build()?;
                 if b.heartbeats_left == 0 {
                     return None;
                 }
@@ -365,7 +365,7 @@ impl Model for Rail {
                 true
             }
             Action::Commit(n) => {
-                let b = s.nodes[n].build()?.clone();
+                let b = *s.nodes[n].build()?;
                 let outcome = s.commit_claim(b.token, b.snapshot, self.flaw);
                 if !matches!(outcome, Committed::Fenced) {
                     s.failures_since_demand = 0;
@@ -393,7 +393,7 @@ impl Model for Rail {
                 true
             }
             Action::Fail(n, permanent) => {
-                let b = s.nodes[n].build()?.clone();
+                let b = *s.nodes[n].build()?;
                 if s.fail_claim(b.token, permanent, self.max_attempts, self.flaw) {
                     let weight = if permanent { self.max_attempts } else { 1 };
                     s.count_failure(b.snapshot, weight, self.max_attempts);

@@ -133,7 +133,7 @@ async fn consume(
     match apply(opts, envelope).await {
         Ok(Applied::Refused(reason)) => {
             // The ledger does not confirm this message: nothing changed; keep it for a person.
-            Metrics::inc(&opts.metrics.nudges_refused);
+            Metrics::inc(&opts.metrics.counters.nudges_refused);
             dead_letter(opts, dead, d, &reason).await
         }
         Ok(applied) => {
@@ -146,7 +146,7 @@ async fn consume(
                     requested_generation,
                     fact,
                 } => {
-                    Metrics::inc(&opts.metrics.events_consumed);
+                    Metrics::inc(&opts.metrics.counters.events_consumed);
                     tracing::debug!(firm_id = %fact.firm_id, matter_id = %fact.matter_id,
                                     requested_generation, "demand recorded");
                     // Every value from the ledger's row, none from the message.
@@ -160,13 +160,13 @@ async fn consume(
                     });
                 }
                 Applied::Duplicate => {
-                    Metrics::inc(&opts.metrics.events_duplicate);
+                    Metrics::inc(&opts.metrics.counters.events_duplicate);
                     tracing::debug!("duplicate delivery: no second effect");
                 }
                 Applied::Gated(reason) => tracing::info!(%reason, "gated"),
                 Applied::NotHeard(reason) => tracing::debug!(%reason, "consumed: not heard"),
                 Applied::Covered => {
-                    Metrics::inc(&opts.metrics.demands_coalesced);
+                    Metrics::inc(&opts.metrics.counters.demands_coalesced);
                     tracing::debug!("covered: a running or landed build already reads this fact");
                 }
                 Applied::Refused(_) => unreachable!("handled above"),
@@ -234,6 +234,6 @@ async fn dead_letter(opts: &AmqpOptions, dead: &Channel, d: &Delivery, reason: &
         .ack(BasicAckOptions::default())
         .await
         .map_err(broker)?;
-    Metrics::inc(&opts.metrics.dead_lettered);
+    Metrics::inc(&opts.metrics.counters.dead_lettered);
     Ok(())
 }

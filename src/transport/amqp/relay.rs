@@ -191,7 +191,7 @@ pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
     if !outcome.published.is_empty() {
         outbox::mark_published(&mut c, &outcome.published).await?;
         for _ in &outcome.published {
-            Metrics::inc(&opts.metrics.events_published);
+            Metrics::inc(&opts.metrics.counters.events_published);
         }
     }
     for (id, error) in &outcome.failed {
@@ -267,7 +267,7 @@ pub async fn reconcile(opts: &AmqpOptions) -> Result<usize> {
     };
     let requeued = outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 1000).await?;
     for r in &requeued {
-        Metrics::inc(&opts.metrics.events_republished);
+        Metrics::inc(&opts.metrics.counters.events_republished);
         if r.republish_count >= policy.cap {
             tracing::error!(event_id = %r.event_id, republish_count = r.republish_count,
                             "reconcile: republished for the last time and still not consumed; \

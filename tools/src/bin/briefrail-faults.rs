@@ -15,7 +15,7 @@
 //! alone, never beside the parallel test suite. The broker's app is restarted on every exit path.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -156,10 +156,10 @@ impl Drop for NodeProc {
 }
 
 fn spawn(
-    bin: &PathBuf,
+    bin: &Path,
     id: &str,
     env: &[(String, String)],
-    dir: &PathBuf,
+    dir: &Path,
     faketime: Option<&str>,
 ) -> std::io::Result<NodeProc> {
     let log = dir.join(format!("{id}.log"));
@@ -647,8 +647,8 @@ async fn wait_busy_node(pool: &Pool, nodes: &[NodeProc]) -> Result<usize, String
 async fn inject(
     f: Fault,
     nodes: &mut [NodeProc],
-    bin: &PathBuf,
-    dir: &PathBuf,
+    bin: &Path,
+    dir: &Path,
     pool: &Pool,
     prefix: &str,
 ) -> Result<String, String> {
