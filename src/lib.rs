@@ -1,18 +1,44 @@
 //! briefrail keeps a derived artifact (a litigation matter's *Brief*) current in the
 //! background, and proves that a stalled worker can never overwrite fresher work.
 //!
-//! Start reading at [`ledger`]: one Postgres row per matter hands out fencing tokens, and every
-//! write made for a build is a compare-and-swap on that token. Everything else is delivery:
+//! # The flow
 //!
-//! * [`ledger`]: the tables of the protocol (`docs/protocol.md`) and every statement on them.
+//! 1. A fact about the record (a document uploaded) and its event commit together:
+//!    [`ledger::facts`] writes the record and [`ledger::outbox`] the event, in one transaction.
+//! 2. The [`transport`] carries the event's id to some node: [`transport::amqp`] relays the
+//!    outbox to RabbitMQ and consumes the trigger queue, or [`transport::postgres`] drains the
+//!    outbox over LISTEN/NOTIFY. Either applies it through [`ledger::inbox`] (dedupe on the
+//!    event id, the ledger's own copy of the event, the gates), which records a **demand** on
+//!    the matter's row, and then sends a [`nudge::Nudge`] (ids only) to the actors.
+//! 3. The [`actors`]: the supervisor routes the nudge to the matter's actor, which coalesces
+//!    demands and **claims** the row ([`ledger::transitions`]): the ledger hands out a fencing
+//!    token. A builder actor runs the [`builders::Builder`] with it, heartbeating the lease.
+//! 4. The **commit** ([`ledger::commit`]) lands the frame only if the token is still the row's
+//!    claim: a stalled worker's late commit is fenced ([`Error::Fenced`]) and writes nothing.
+//!    Demands that arrived during the build re-claim in the same statement.
+//! 5. The sweeper ([`actors::sweeper`]) fails claims whose lease ran out and nudges matters
+//!    with unserved demand, so a lost message or a crashed node only delays work.
+//!
+//! A [`node::Node`] starts all of it (its actors, its transport, its HTTP surface when asked)
+//! and stops it in one shutdown. Only the ledger is trusted: every decision that matters is a
+//! statement on it, on the database clock (`docs/protocol.md`).
+//!
+//! # The modules
+//!
+//! * [`ledger`]: the tables of the protocol and every statement on them; [`ledger::states`]
+//!   names the protocol's states.
+//! * [`node`]: the one way to start and stop briefrail. [`nudge`]: the transport→actors message.
+//! * [`actors`], [`builders`], [`transport`]: as above.
+//! * [`surface`]: the operator surface: CLI (`feature = "cli"`), the demo, the HTTP admin
+//!   endpoint and its templates (`feature = "http"`), logging, `run`.
 //! * [`db`]: the connection pool (with the session timeouts), migrations, database creation.
 //! * [`config`]: layered settings, validated once at start.
-//! * [`error`]: typed errors; a stale token is [`Error::Fenced`].
+//! * [`error`]: typed errors with their kind (input, conflict, transient, internal) and source.
+//! * [`backoff`]: the one retry policy. [`metrics`]: what a node counts, for `/metrics`.
+//! * [`schema`]: diesel's view of the tables (checked against the migrations by a test).
+//! * [`secret`]: URLs whose passwords never reach a log line.
 //! * [`trace`]: W3C trace context carried from a fact to the frame that served it.
-//!
-//! The data flow: a fact (document uploaded) and its outbox event commit together; the event
-//! becomes a nudge; the nudge becomes a demand on the matter's row; a claim hands out a token;
-//! a build runs with it and commits the frame only if the token is still current.
+//! * `testing` (`feature = "testing"`): a database per test, test hooks; never in production.
 
 pub mod actors;
 pub mod backoff;
