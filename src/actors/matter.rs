@@ -18,16 +18,24 @@ use actix::prelude::*;
 use uuid::Uuid;
 
 use super::builder::{BuildDone, BuildOutcome, RunBuild, Slot};
-use super::supervisor::{Idle, MatterKey, Nudge, Supervisor};
-use super::system::NodeContext;
+use super::context::NodeContext;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
 use crate::ledger::{Claim, ClaimKind};
 use crate::metrics::Metrics;
+use crate::nudge::{MatterKey, Nudge};
 use crate::trace::Traceparent;
 
 /// Upper bound on taking a slot and claiming (slot waits included: a queue that long means the
 /// node is saturated, and the sweeper's reconcile brings the matter back).
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A matter actor reports it has been idle; its supervisor decides whether to stop it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Idle {
+    pub key: MatterKey,
+    pub addr: Addr<MatterActor>,
+}
 
 /// Stop if there is nothing to do; replies whether it stopped.
 #[derive(Message)]
@@ -53,7 +61,8 @@ struct Pending {
 pub struct MatterActor {
     key: MatterKey,
     node: Arc<NodeContext>,
-    supervisor: Addr<Supervisor>,
+    /// Where it reports being idle (its supervisor).
+    supervisor: Recipient<Idle>,
     /// Nudges not yet served by a claim. Cleared when a cycle starts (it takes them).
     pending: Option<Pending>,
     /// The debounce timer; replaced by each nudge, cancelled when a cycle starts.
@@ -65,7 +74,7 @@ pub struct MatterActor {
 }
 
 impl MatterActor {
-    pub fn new(key: MatterKey, node: Arc<NodeContext>, supervisor: Addr<Supervisor>) -> Self {
+    pub fn new(key: MatterKey, node: Arc<NodeContext>, supervisor: Recipient<Idle>) -> Self {
         Self {
             key,
             node,

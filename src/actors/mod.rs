@@ -12,6 +12,7 @@
 //! or a restarted actor delays work and never loses or corrupts it.
 
 pub mod builder;
+pub mod context;
 pub mod matter;
 pub mod supervisor;
 pub mod sweeper;

@@ -8,17 +8,9 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::matter::{MatterActor, StopIfIdle};
-use super::system::NodeContext;
+use super::context::NodeContext;
+use super::matter::{Idle, MatterActor, StopIfIdle};
 pub use crate::nudge::{MatterKey, Nudge};
-
-/// A matter actor reports it has been idle; the supervisor decides whether to stop it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Idle {
-    pub key: MatterKey,
-    pub addr: Addr<MatterActor>,
-}
 
 /// How many matter actors are alive now.
 #[derive(Message)]
@@ -57,7 +49,7 @@ impl Handler<Nudge> for Supervisor {
                     tracing::warn!(firm_id = %msg.key.firm_id, matter_id = %msg.key.matter_id,
                                    "matter actor died; starting a fresh one");
                 }
-                let actor = MatterActor::new(msg.key, self.node.clone(), ctx.address());
+                let actor = MatterActor::new(msg.key, self.node.clone(), ctx.address().recipient());
                 let addr = actor.start();
                 self.matters.insert(msg.key, addr.clone());
                 addr

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::supervisor::{Nudge, Supervisor};
-use super::system::NodeContext;
+use super::context::NodeContext;
 use crate::error::Result;
 use crate::ledger::transitions as t;
 use crate::metrics::Metrics;
+use crate::nudge::Nudge;
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -28,25 +28,22 @@ pub struct SweepNow;
 
 pub struct Sweeper {
     node: Arc<NodeContext>,
-    supervisor: Addr<Supervisor>,
+    nudges: Recipient<Nudge>,
     /// Run a pass every `sweeper.interval_seconds`; without it passes run only on [`SweepNow`].
     periodic: bool,
 }
 
 impl Sweeper {
-    pub fn new(node: Arc<NodeContext>, supervisor: Addr<Supervisor>, periodic: bool) -> Self {
+    pub fn new(node: Arc<NodeContext>, nudges: Recipient<Nudge>, periodic: bool) -> Self {
         Self {
             node,
-            supervisor,
+            nudges,
             periodic,
         }
     }
 
     /// One pass: sweep, then reconcile; nudge every matter found.
-    pub async fn run_once(
-        node: &NodeContext,
-        supervisor: &Addr<Supervisor>,
-    ) -> Result<SweepReport> {
+    pub async fn run_once(node: &NodeContext, nudges: &Recipient<Nudge>) -> Result<SweepReport> {
         if *node.draining.borrow() {
             return Ok(SweepReport::default());
         }
@@ -65,7 +62,7 @@ impl Sweeper {
             t::unserved(&mut conn, node.settings.retry.max_attempts, batch, quiet).await?;
         drop(conn);
         for m in expired.iter().map(|(m, _)| m).chain(unserved.iter()) {
-            supervisor.do_send(Nudge::matter(m.firm_id, m.matter_id));
+            nudges.do_send(Nudge::matter(m.firm_id, m.matter_id));
         }
         Ok(SweepReport {
             expired: expired.len(),
@@ -83,11 +80,11 @@ impl Actor for Sweeper {
         }
         let every = Duration::from_secs_f64(self.node.settings.sweeper.interval_seconds);
         ctx.run_interval(every, |act, ctx| {
-            let (node, supervisor) = (act.node.clone(), act.supervisor.clone());
+            let (node, nudges) = (act.node.clone(), act.nudges.clone());
             // `wait`: passes never overlap; a slow pass delays the next instead of piling up.
             ctx.wait(
                 async move {
-                    if let Err(e) = Sweeper::run_once(&node, &supervisor).await {
+                    if let Err(e) = Sweeper::run_once(&node, &nudges).await {
                         tracing::warn!(error = %e, "sweep pass failed; retrying next interval");
                     }
                 }
@@ -101,7 +98,7 @@ impl Handler<SweepNow> for Sweeper {
     type Result = ResponseFuture<Result<SweepReport>>;
 
     fn handle(&mut self, _: SweepNow, _: &mut Context<Self>) -> Self::Result {
-        let (node, supervisor) = (self.node.clone(), self.supervisor.clone());
-        Box::pin(async move { Sweeper::run_once(&node, &supervisor).await })
+        let (node, nudges) = (self.node.clone(), self.nudges.clone());
+        Box::pin(async move { Sweeper::run_once(&node, &nudges).await })
     }
 }

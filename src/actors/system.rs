@@ -13,6 +13,7 @@ use actix::prelude::*;
 use tokio::sync::watch;
 
 use super::builder::{BuildEnv, BuilderPool};
+pub use super::context::NodeContext;
 use super::supervisor::{ActorCount, Supervisor};
 use super::sweeper::{SweepNow, SweepReport, Sweeper};
 use crate::builders::Builder;
@@ -22,17 +23,6 @@ use crate::error::{Error, Result};
 use crate::ledger::transitions::RetryPolicy;
 use crate::metrics::Metrics;
 use crate::nudge::Nudge;
-
-/// What the actors of a node share. Read-only after start, except the two shutdown signals.
-pub struct NodeContext {
-    pub settings: Arc<Settings>,
-    pub pool: Pool,
-    pub node_id: String,
-    pub metrics: Arc<Metrics>,
-    pub slots: BuilderPool,
-    /// True once shutdown began: no new claims; follow-ups are released instead of built.
-    pub draining: watch::Receiver<bool>,
-}
 
 /// How to start the actors beyond the node's settings.
 pub struct ActorOptions {
@@ -88,7 +78,12 @@ impl Actors {
             draining,
         });
         let supervisor = Supervisor::new(context.clone()).start();
-        let sweeper = Sweeper::new(context.clone(), supervisor.clone(), opts.sweeper).start();
+        let sweeper = Sweeper::new(
+            context.clone(),
+            supervisor.clone().recipient(),
+            opts.sweeper,
+        )
+        .start();
         tracing::info!(node_id = %context.node_id, builders = context.slots.size(), "actors started");
         Self {
             context,

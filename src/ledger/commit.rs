@@ -21,8 +21,8 @@ use futures_util::future::BoxFuture;
 use uuid::Uuid;
 
 use super::models::Claim;
+use super::sql::{self, bounded};
 use super::states::RunOutcome;
-use super::transitions::{fenced, record_fenced, sql};
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::schema::ops;
@@ -126,8 +126,10 @@ impl Commit {
                     "commit refused: token {} (run {}) is no longer the current claim",
                     c.token, c.run_id
                 );
-                record_fenced(&mut conn, c.run_id, &why).await?;
-                Err(fenced(&c))
+                diesel::select(sql::record_fenced(c.run_id, bounded(&why)))
+                    .get_result::<bool>(&mut conn)
+                    .await?;
+                Err(c.fenced())
             }
             Err(e) if AtomicBool::load(&reached_commit, Ordering::SeqCst) => {
                 drop(conn);
@@ -167,7 +169,7 @@ impl Commit {
             .get_result(tx)
             .await?;
             let Some(after) = after else {
-                return Err(fenced(&c));
+                return Err(c.fenced());
             };
             let refused: Option<String> = diesel::select(sql::insert_frame(
                 c.firm_id,

@@ -236,3 +236,19 @@ pub async fn consumed(
     .get_result(conn)
     .await?)
 }
+
+impl OutboxRow {
+    /// The envelope a transport carries for this row.
+    pub fn envelope(&self) -> EventEnvelope {
+        EventEnvelope {
+            event_id: self.event_id,
+            event_name: self.event_name.clone(),
+            firm_id: self.firm_id,
+            matter_id: self.matter_id,
+            occurred_at: self.created_at,
+            traceparent: self.traceparent.clone(),
+            // Cluster-local and not an id of the record: never on the wire.
+            xact_id: None,
+        }
+    }
+}

@@ -31,6 +31,7 @@ pub mod inbox;
 pub mod models;
 pub mod outbox;
 pub mod reads;
+mod sql;
 pub mod states;
 pub mod transitions;
 

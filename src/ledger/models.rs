@@ -19,6 +19,17 @@ pub struct Claim {
     pub run_id: Uuid,
 }
 
+impl Claim {
+    /// The error a statement fenced on this claim returns: the token is no longer current.
+    pub fn fenced(&self) -> crate::Error {
+        crate::Error::Fenced {
+            firm_id: self.firm_id,
+            matter_id: self.matter_id,
+            token: self.token,
+        }
+    }
+}
+
 /// `ops.matter_frame_jobs`: the ticket dispenser of one matter.
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Serialize)]
 #[diesel(table_name = ops::matter_frame_jobs, check_for_backend(diesel::pg::Pg))]
@@ -134,20 +145,4 @@ pub struct OutboxRow {
     pub xact_id: i64,
     /// How often reconcile republished it unconsumed (failed publishes are `publish_attempts`).
     pub republish_count: i32,
-}
-
-impl OutboxRow {
-    /// The envelope a transport carries for this row.
-    pub fn envelope(&self) -> super::inbox::EventEnvelope {
-        super::inbox::EventEnvelope {
-            event_id: self.event_id,
-            event_name: self.event_name.clone(),
-            firm_id: self.firm_id,
-            matter_id: self.matter_id,
-            occurred_at: self.created_at,
-            traceparent: self.traceparent.clone(),
-            // Cluster-local and not an id of the record: never on the wire.
-            xact_id: None,
-        }
-    }
 }

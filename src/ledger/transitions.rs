@@ -14,66 +14,15 @@
 
 use std::time::Duration;
 
-use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Double, Integer, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 pub use super::commit::{Commit, ExtraWrites, Frame, Landed, commit, settle};
 use super::models::Claim;
+use super::sql::{self, bounded};
 use super::states::{ClaimKind, RunStatus};
 use crate::error::{Error, Result};
-
-/// The SQL functions, declared with their SQL signatures (which take what the statement needs).
-#[allow(clippy::too_many_arguments)]
-pub(super) mod sql {
-    use super::*;
-
-    diesel::define_sql_function! {
-        #[sql_name = "ops.demand"]
-        fn demand(firm: SqlUuid, matter: SqlUuid, xact: Nullable<BigInt>) -> Nullable<BigInt>;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.claim"]
-        fn claim(firm: SqlUuid, matter: SqlUuid, lease_secs: Double, run_id: SqlUuid, node: Text,
-                 trace_id: Nullable<Text>, event_ids: Array<SqlUuid>,
-            only_unserved: Bool, max_attempts: Integer) -> Nullable<BigInt>;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.record_lost_claim"]
-        fn record_lost_claim(firm: SqlUuid, matter: SqlUuid) -> Nullable<BigInt>;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.heartbeat"]
-        fn heartbeat(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid) -> Bool;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.commit_claim"]
-        fn commit_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid,
-                        next_run_id: SqlUuid, node: Text) -> Nullable<BigInt>;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.insert_frame"]
-        fn insert_frame(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, body: Text) -> Nullable<Text>;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.start_lease"]
-        fn start_lease(firm: SqlUuid, matter: SqlUuid, run_id: SqlUuid) -> Bool;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.fail_claim"]
-        fn fail_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, error: Text,
-                      permanent: Bool, max_attempts: Integer, backoff_base_secs: Double,
-                      backoff_max_secs: Double) -> Bool;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.release_claim"]
-        fn release_claim(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, reason: Text) -> Bool;
-    }
-    diesel::define_sql_function! {
-        #[sql_name = "ops.record_fenced"]
-        fn record_fenced(run_id: SqlUuid, error: Text) -> Bool;
-    }
-}
 
 /// What a claim needs to know besides the matter.
 #[derive(Debug, Clone)]
@@ -255,7 +204,7 @@ pub async fn heartbeat(conn: &mut AsyncPgConnection, claim: &Claim) -> Result<()
     ))
     .get_result(conn)
     .await?;
-    if current { Ok(()) } else { Err(fenced(claim)) }
+    if current { Ok(()) } else { Err(claim.fenced()) }
 }
 
 /// **fail**: the build ended without a frame. Fenced by token; sets the backoff; the run is
@@ -281,7 +230,7 @@ pub async fn fail(
     ))
     .get_result(conn)
     .await?;
-    if current { Ok(()) } else { Err(fenced(claim)) }
+    if current { Ok(()) } else { Err(claim.fenced()) }
 }
 
 /// **release**: a node shutting down hands its claim back, fenced by token, so another node
@@ -296,7 +245,7 @@ pub async fn release(conn: &mut AsyncPgConnection, claim: &Claim, reason: &str) 
     ))
     .get_result(conn)
     .await?;
-    if current { Ok(()) } else { Err(fenced(claim)) }
+    if current { Ok(()) } else { Err(claim.fenced()) }
 }
 
 /// Records a run as `fenced` (its commit or heartbeat was refused). Returns whether the run
@@ -365,17 +314,4 @@ pub async fn unserved(
             .load(conn)
             .await?,
     )
-}
-
-pub(super) fn fenced(c: &Claim) -> Error {
-    Error::Fenced {
-        firm_id: c.firm_id,
-        matter_id: c.matter_id,
-        token: c.token,
-    }
-}
-
-/// Run errors are for operators; a runaway stderr must not bloat the ledger.
-pub(super) fn bounded(s: &str) -> &str {
-    crate::error::clip(s, 4000)
 }

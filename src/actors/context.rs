@@ -1,0 +1,22 @@
+//! What the actors of one node share: read-only after start, except the shutdown signal. Its
+//! own module so that every actor depends on it and it depends on no actor.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::builder::BuilderPool;
+use crate::config::Settings;
+use crate::db::Pool;
+use crate::metrics::Metrics;
+
+/// What the actors of a node share. Read-only after start, except the two shutdown signals.
+pub struct NodeContext {
+    pub settings: Arc<Settings>,
+    pub pool: Pool,
+    pub node_id: String,
+    pub metrics: Arc<Metrics>,
+    pub slots: BuilderPool,
+    /// True once shutdown began: no new claims; follow-ups are released instead of built.
+    pub draining: watch::Receiver<bool>,
+}
