@@ -239,6 +239,17 @@ impl Settings {
 
     /// Checks every value a node relies on; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_database()?;
+        self.validate_timings()?;
+        self.validate_builders()?;
+        self.validate_transport()?;
+        self.validate_relay_and_reconcile()?;
+        self.validate_http()?;
+        self.validate_shutdown_and_log()
+    }
+
+    /// `database.url` is a `postgres://` URL naming a database; `database.pool_size` > 0.
+    fn validate_database(&self) -> Result<(), ConfigError> {
         let db = url::Url::parse(self.database.url.expose())
             .map_err(|e| ConfigError::new("database.url", format!("not a URL: {e}")))?;
         if !matches!(db.scheme(), "postgres" | "postgresql") {
@@ -253,7 +264,12 @@ impl Settings {
                 "names no database (add /dbname)",
             ));
         }
-        positive("database.pool_size", self.database.pool_size as f64)?;
+        positive("database.pool_size", self.database.pool_size as f64)
+    }
+
+    /// Lease, heartbeat, sweeper, retry and trigger timings: positive, and each bound on the
+    /// right side of the other (heartbeat within the lease, maxima at least their bases).
+    fn validate_timings(&self) -> Result<(), ConfigError> {
         positive("lease.seconds", self.lease.seconds)?;
         if let Some(hb) = self.lease.heartbeat_seconds {
             positive("lease.heartbeat_seconds", hb)?;
@@ -286,16 +302,19 @@ impl Settings {
                 "must be at least trigger.debounce_ms",
             ));
         }
-        positive("trigger.idle_seconds", self.trigger.idle_seconds)?;
+        positive("trigger.idle_seconds", self.trigger.idle_seconds)
+    }
+
+    /// Builder concurrency and timeout are positive, and the chosen `builder.kind` has what it
+    /// needs: a program for `command`, an `http(s)://` URL for `http`.
+    fn validate_builders(&self) -> Result<(), ConfigError> {
         positive("builders.concurrency", self.builders.concurrency as f64)?;
         positive("builder.timeout_seconds", self.builder.timeout_seconds)?;
         match self.builder.kind {
-            BuilderKind::Command if self.builder.command.is_empty() => {
-                return Err(ConfigError::new(
-                    "builder.command",
-                    "must name a program when builder.kind = \"command\"",
-                ));
-            }
+            BuilderKind::Command if self.builder.command.is_empty() => Err(ConfigError::new(
+                "builder.command",
+                "must name a program when builder.kind = \"command\"",
+            )),
             BuilderKind::Http => {
                 let u = url::Url::parse(self.builder.url.expose())
                     .map_err(|e| ConfigError::new("builder.url", format!("not a URL: {e}")))?;
@@ -305,9 +324,15 @@ impl Settings {
                         "scheme must be http:// or https://",
                     ));
                 }
+                Ok(())
             }
-            _ => {}
+            _ => Ok(()),
         }
+    }
+
+    /// `transport.amqp_url` is an `amqp(s)://` URL; `transport.prefix` is a safe queue-name
+    /// prefix.
+    fn validate_transport(&self) -> Result<(), ConfigError> {
         let amqp = url::Url::parse(self.transport.amqp_url.expose())
             .map_err(|e| ConfigError::new("transport.amqp_url", format!("not a URL: {e}")))?;
         if !matches!(amqp.scheme(), "amqp" | "amqps") {
@@ -328,9 +353,18 @@ impl Settings {
                 "must be non-empty ASCII letters, digits, '-', '_' or '.'",
             ));
         }
+        Ok(())
+    }
+
+    /// The relay's poll interval and batch, and the reconciler's delay, are positive.
+    fn validate_relay_and_reconcile(&self) -> Result<(), ConfigError> {
         positive("relay.poll_ms", self.relay.poll_ms as f64)?;
         positive("relay.batch", self.relay.batch as f64)?;
-        positive("reconcile.after_seconds", self.reconcile.after_seconds)?;
+        positive("reconcile.after_seconds", self.reconcile.after_seconds)
+    }
+
+    /// `http.bind` is `host:port`, and a token is set when it is not a loopback address.
+    fn validate_http(&self) -> Result<(), ConfigError> {
         let bind: SocketAddr = self.http.bind.parse().map_err(|_| {
             ConfigError::new(
                 "http.bind",
@@ -346,6 +380,11 @@ impl Settings {
                 format!("required when http.bind ({bind}) is not a loopback address"),
             ));
         }
+        Ok(())
+    }
+
+    /// `shutdown.grace_seconds` is finite and not negative; `log.level` is a tracing filter.
+    fn validate_shutdown_and_log(&self) -> Result<(), ConfigError> {
         if self.shutdown.grace_seconds < 0.0 || !self.shutdown.grace_seconds.is_finite() {
             return Err(ConfigError::new(
                 "shutdown.grace_seconds",

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use chrono::NaiveDate;
 use clap::{Args, Parser, Subcommand};
+use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
 
 use crate::config::Settings;
@@ -151,15 +152,7 @@ pub fn exit_code(e: &Error) -> i32 {
 pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
     let url = settings.database.url.expose().to_owned();
     if let Command::Migrate = command {
-        let created = db::admin::create_database_if_missing(&url).await?;
-        let applied = db::migrate::run_pending(&url).await?;
-        let name = db::admin::split_url(&url)?.0;
-        println!(
-            "database {name}: {}; {} migration(s) applied",
-            if created { "created" } else { "exists" },
-            applied.len()
-        );
-        return Ok(());
+        return migrate(&url).await;
     }
     let pool = db::connect(&db::PoolOptions::from(&settings.database).size(2)).await?;
     let mut conn = pool.get().await?;
@@ -186,15 +179,7 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             text,
             id,
         }) => {
-            let body = match (file, text) {
-                (Some(path), _) => read_text(&path)?,
-                (None, Some(t)) => t,
-                (None, None) => {
-                    return Err(Error::InvalidInput(
-                        "give --file PATH or --text TEXT".into(),
-                    ));
-                }
-            };
+            let body = document_body(file, text)?;
             let doc = facts::NewDocument {
                 document_id: id.unwrap_or_else(Uuid::new_v4),
                 firm_id: matter.firm,
@@ -203,41 +188,99 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
                 dated,
                 body,
             };
-            let document_id = doc.document_id;
-            let event = facts::add_document(&mut conn, doc).await?;
-            println!("document {document_id} added (event {event})");
+            add_document(&mut conn, doc).await?;
         }
         Command::Brief(BriefCommand::Request { firm, matter, all }) => {
-            if all {
-                let events = facts::request_brief_all(&mut conn, firm).await?;
-                println!(
-                    "brief requested for {} live matter(s) of firm {firm}",
-                    events.len()
-                );
-            } else if let Some(matter) = matter {
-                let event = facts::request_brief(&mut conn, firm, matter).await?;
-                println!("brief requested for matter {matter} (event {event})");
-            }
+            request_brief(&mut conn, firm, matter, all).await?;
         }
         Command::Outbox(OutboxCommand::RepublishStranded) => {
-            let n = crate::ledger::outbox::republish_stranded(
-                &mut conn,
-                crate::ledger::inbox::BRIEF_RAIL,
-                crate::ledger::outbox::REPUBLISH_CAP,
-            )
-            .await?;
-            println!("{n} stranded event(s) made publishable again");
+            republish_stranded(&mut conn).await?;
         }
         Command::Status { matter, json, runs } => {
-            let status = reads::status(&mut conn, matter.firm, matter.matter, runs).await?;
-            if json {
-                let text = serde_json::to_string_pretty(&status)
-                    .map_err(|e| Error::internal_from("serialising the status", e))?;
-                println!("{text}");
-            } else {
-                print!("{}", render_status(&status));
-            }
+            status(&mut conn, &matter, json, runs).await?;
         }
+    }
+    Ok(())
+}
+
+/// `migrate`: creates the database if missing and applies pending migrations, saying which.
+async fn migrate(url: &str) -> Result<()> {
+    let created = db::admin::create_database_if_missing(url).await?;
+    let applied = db::migrate::run_pending(url).await?;
+    let name = db::admin::split_url(url)?.0;
+    println!(
+        "database {name}: {}; {} migration(s) applied",
+        if created { "created" } else { "exists" },
+        applied.len()
+    );
+    Ok(())
+}
+
+/// The text of `document add`: the `--file`'s contents, else `--text`.
+fn document_body(file: Option<PathBuf>, text: Option<String>) -> Result<String> {
+    match (file, text) {
+        (Some(path), _) => read_text(&path),
+        (None, Some(t)) => Ok(t),
+        (None, None) => Err(Error::InvalidInput(
+            "give --file PATH or --text TEXT".into(),
+        )),
+    }
+}
+
+/// `document add`: records `document.uploaded` and prints the document's id and event.
+async fn add_document(conn: &mut AsyncPgConnection, doc: facts::NewDocument) -> Result<()> {
+    let document_id = doc.document_id;
+    let event = facts::add_document(conn, doc).await?;
+    println!("document {document_id} added (event {event})");
+    Ok(())
+}
+
+/// `brief request`: records `brief.requested` for one matter, or every live matter with `--all`.
+async fn request_brief(
+    conn: &mut AsyncPgConnection,
+    firm: Uuid,
+    matter: Option<Uuid>,
+    all: bool,
+) -> Result<()> {
+    if all {
+        let events = facts::request_brief_all(conn, firm).await?;
+        println!(
+            "brief requested for {} live matter(s) of firm {firm}",
+            events.len()
+        );
+    } else if let Some(matter) = matter {
+        let event = facts::request_brief(conn, firm, matter).await?;
+        println!("brief requested for matter {matter} (event {event})");
+    }
+    Ok(())
+}
+
+/// `outbox republish-stranded`: makes stranded events publishable again and says how many.
+async fn republish_stranded(conn: &mut AsyncPgConnection) -> Result<()> {
+    let n = crate::ledger::outbox::republish_stranded(
+        conn,
+        crate::ledger::inbox::BRIEF_RAIL,
+        crate::ledger::outbox::REPUBLISH_CAP,
+    )
+    .await?;
+    println!("{n} stranded event(s) made publishable again");
+    Ok(())
+}
+
+/// `status`: the matter's job row, demand, recent runs and latest frame, as text or JSON.
+async fn status(
+    conn: &mut AsyncPgConnection,
+    matter: &MatterArgs,
+    json: bool,
+    runs: i64,
+) -> Result<()> {
+    let status = reads::status(conn, matter.firm, matter.matter, runs).await?;
+    if json {
+        let text = serde_json::to_string_pretty(&status)
+            .map_err(|e| Error::internal_from("serialising the status", e))?;
+        println!("{text}");
+    } else {
+        print!("{}", render_status(&status));
     }
     Ok(())
 }
