@@ -65,8 +65,8 @@ pub struct DatabaseSettings {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct LeaseSettings {
-    /// The lease of this node's claims: each claim and heartbeat writes `now() + seconds` on
-    /// the row as its deadline (database clock); once it passes, any node may take the claim
+    /// The lease of this node's claims: each claim and heartbeat writes `ops.now() + seconds` on
+    /// the row as its deadline (the ledger clock: the database clock); once it passes, any node may take the claim
     /// over. Other nodes compare with the row, never with their own setting.
     pub seconds: f64,
     /// Seconds between heartbeats of a running build; defaults to a third of the lease.

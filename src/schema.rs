@@ -30,6 +30,13 @@ pub mod ops {
     }
 
     diesel::table! {
+        ops.ledger_clock (only_row) {
+            only_row -> Bool,
+            offset_seconds -> Float8,
+        }
+    }
+
+    diesel::table! {
         ops.matter_frame_jobs (firm_id, matter_id) {
             firm_id -> Uuid,
             matter_id -> Uuid,
@@ -81,6 +88,7 @@ pub mod ops {
     diesel::allow_tables_to_appear_in_same_query!(
         consumed_events,
         domain_event_outbox,
+        ledger_clock,
         matter_frame_jobs,
         matter_frame_runs,
         matter_frames,

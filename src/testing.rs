@@ -1,5 +1,6 @@
 //! Test support, public so the integration tests, the fault suite and the benchmark share it:
-//! a database per test, cloned from a migrated template.
+//! a database per test, cloned from a migrated template, and (feature `testing`) a ledger clock
+//! a test moves instead of sleeping ([`advance_ledger_clock`]).
 //!
 //! The template's name carries a hash of `migrations/`, so a changed migration gets a new
 //! template; creating it is serialized across concurrently running test binaries with an
@@ -64,6 +65,57 @@ impl TestDb {
             .await
             .map_err(Error::connection)
     }
+
+    /// [`advance_ledger_clock`] on this database, through a pooled connection.
+    #[cfg(feature = "testing")]
+    pub async fn advance_ledger_clock(&self, by: std::time::Duration) -> Result<()> {
+        let mut c = self.pool.get().await?;
+        advance_ledger_clock(&mut c, by).await
+    }
+}
+
+/// Moves the ledger clock (`ops.now()`, `ops.clock()`: [`crate::ledger::clock`]) forward by
+/// `by`, for every connection and every process on the database: the offset is a row of
+/// `ops.ledger_clock`, added to the database clock by every statement of the ledger. What a
+/// test does instead of sleeping past a lease, a backoff or a quiet period; it never moves
+/// back. Inside an open transaction the advance holds for that transaction at once and for
+/// everyone else when it commits.
+///
+/// For tests only (feature `testing`): production never writes `ops.ledger_clock`, so its
+/// ledger clock is the database clock, and status and readiness never look at the table.
+#[cfg(feature = "testing")]
+pub async fn advance_ledger_clock(
+    conn: &mut AsyncPgConnection,
+    by: std::time::Duration,
+) -> Result<()> {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(
+        "INSERT INTO ops.ledger_clock (offset_seconds) VALUES ($1)
+         ON CONFLICT (only_row)
+         DO UPDATE SET offset_seconds = ops.ledger_clock.offset_seconds + EXCLUDED.offset_seconds",
+    )
+    .bind::<diesel::sql_types::Double, _>(by.as_secs_f64())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// How far tests have moved the ledger clock ahead of the database clock on this database
+/// (zero when it was never advanced).
+#[cfg(feature = "testing")]
+pub async fn ledger_clock_offset(conn: &mut AsyncPgConnection) -> Result<std::time::Duration> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Offset {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        secs: f64,
+    }
+    let o: Offset = diesel::sql_query(
+        "SELECT coalesce((SELECT offset_seconds FROM ops.ledger_clock), 0) AS secs",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(std::time::Duration::from_secs_f64(o.secs))
 }
 
 impl Drop for TestDb {

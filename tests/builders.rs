@@ -279,7 +279,7 @@ async fn a_fenced_command_build_has_its_child_killed() {
     // Another claim takes the matter over (its lease ran out, as far as the row says).
     diesel_async::SimpleAsyncConnection::batch_execute(
         &mut c,
-        &format!("UPDATE ops.matter_frame_jobs SET lease_expires_at = now() - interval '1 ms' WHERE matter_id = '{matter}'"),
+        &format!("UPDATE ops.matter_frame_jobs SET lease_expires_at = ops.now() - interval '1 ms' WHERE matter_id = '{matter}'"),
     )
     .await
     .unwrap();

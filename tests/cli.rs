@@ -127,7 +127,7 @@ async fn an_operator_records_facts_and_reads_status() {
     diesel_async::SimpleAsyncConnection::batch_execute(
         &mut c,
         &format!(
-            "UPDATE ops.domain_event_outbox SET published_at = now(), republish_count = {}
+            "UPDATE ops.domain_event_outbox SET published_at = ops.now(), republish_count = {}
               WHERE event_name = 'matter.created'",
             briefrail::ledger::outbox::REPUBLISH_CAP
         ),

@@ -74,10 +74,11 @@ async fn commit(db: &TestDb, claim: &Claim) -> briefrail::Result<Landed> {
 }
 
 /// Moves every running claim's deadline into the past, as if its lease had run out (the
-/// deadline is the claimer's, on the row; no sleep needed).
+/// deadline is the claimer's, on the row; no sleep needed). Unlike advancing the ledger clock
+/// (`TestDb::advance_ledger_clock`), it leaves every backoff and quiet period as it is.
 async fn expire_leases(c: &mut diesel_async::AsyncPgConnection) {
     c.batch_execute(
-        "UPDATE ops.matter_frame_jobs SET lease_expires_at = now() - interval '1 millisecond'
+        "UPDATE ops.matter_frame_jobs SET lease_expires_at = ops.now() - interval '1 millisecond'
           WHERE run_status = 'running'",
     )
     .await
@@ -724,28 +725,34 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
+    // Backoffs of a minute or more: only the ledger clock's advance lets them pass.
     let policy = RetryPolicy {
         max_attempts: 3,
-        backoff_base: Duration::from_millis(1),
-        backoff_max: Duration::from_millis(4),
+        backoff_base: Duration::from_secs(60),
+        backoff_max: Duration::from_secs(240),
+    };
+    let offered = async |c: &mut diesel_async::AsyncPgConnection| {
+        t::unserved(c, policy.max_attempts, 100, Duration::ZERO)
+            .await
+            .unwrap()
+            .iter()
+            .any(|m| m.matter_id == matter)
     };
     t::demand(&mut c, firm, matter).await.unwrap();
     for attempt in 1..=3 {
-        // Reconcile offers the matter again once its backoff has passed...
-        let mut offered = false;
-        for _ in 0..200 {
-            if t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
-                .await
-                .unwrap()
-                .iter()
-                .any(|m| m.matter_id == matter)
-            {
-                offered = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        if attempt > 1 {
+            // Reconcile leaves the matter alone while its backoff runs...
+            assert!(
+                !offered(&mut c).await,
+                "attempt {attempt} was offered during its backoff"
+            );
+            db.advance_ledger_clock(policy.backoff_max).await.unwrap();
         }
-        assert!(offered, "attempt {attempt} was not offered by reconcile");
+        // ...and offers it again once the backoff has passed.
+        assert!(
+            offered(&mut c).await,
+            "attempt {attempt} was not offered by reconcile"
+        );
         let claim = retried(&db, firm, matter).await;
         t::fail(&mut c, &claim, "model panel unavailable", false, &policy)
             .await
@@ -759,8 +766,10 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
             RunOutcome::Failed
         );
     }
-    // ...but not after max_attempts consecutive failures.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // ...but not after max_attempts consecutive failures, however long the backoff is past.
+    db.advance_ledger_clock(policy.backoff_max * 10)
+        .await
+        .unwrap();
     assert!(
         t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
             .await
@@ -793,7 +802,9 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     t::fail(&mut c, &claim, "CHECK violation", true, &policy)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    db.advance_ledger_clock(policy.backoff_max * 10)
+        .await
+        .unwrap();
     assert!(
         t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
             .await
@@ -832,7 +843,9 @@ async fn a_plain_claim_or_a_recorded_lost_claim_restarts_the_retries_of_a_failin
         .await
         .unwrap();
     assert_eq!(failures(&db).await, 1);
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    db.advance_ledger_clock(Duration::from_secs(1))
+        .await
+        .unwrap(); // past the backoff
     let retry = retried(&db, firm, matter).await;
     assert_eq!(failures(&db).await, 1, "a retry is not a demand");
     match t::claim_or_record(&mut c, &req(firm, matter, long()))
@@ -853,7 +866,9 @@ async fn a_plain_claim_or_a_recorded_lost_claim_restarts_the_retries_of_a_failin
         .await
         .unwrap();
     assert_eq!(failures(&db).await, 0);
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    db.advance_ledger_clock(Duration::from_secs(1))
+        .await
+        .unwrap(); // past the backoff
     let offered = t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
         .await
         .unwrap();
@@ -864,7 +879,9 @@ async fn a_plain_claim_or_a_recorded_lost_claim_restarts_the_retries_of_a_failin
 
     // At the limit, a plain claim (a new demand) that wins restarts the count too.
     for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        db.advance_ledger_clock(Duration::from_secs(1))
+            .await
+            .unwrap(); // past the backoff
         let retry = retried(&db, firm, matter).await;
         t::fail(&mut c, &retry, "flaky", false, &policy)
             .await
@@ -962,7 +979,9 @@ async fn an_old_builds_failure_does_not_use_up_the_retries_of_a_demand_it_never_
             row.consecutive_failures, 0,
             "permanent: {permanent_failure}"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        db.advance_ledger_clock(Duration::from_secs(1))
+            .await
+            .unwrap(); // past the backoff
         let offered = t::unserved(&mut c, policy.max_attempts, 100, Duration::ZERO)
             .await
             .unwrap();
@@ -1013,23 +1032,34 @@ async fn a_heartbeat_keeps_a_long_build_from_being_swept() {
     let db = TestDb::new(2).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
-    // A 1 s lease, renewed every 200 ms for 2 s: twice the lease, never swept (800 ms of slack
-    // per renewal for a loaded machine).
-    let lease = Duration::from_millis(1000);
+    // A one-minute lease, renewed every 40 s of the ledger clock for 400 s: over six leases,
+    // never swept (the sweep would find it had the deadline not moved).
+    let lease = Duration::from_secs(60);
     let claim = t::claim(&mut c, &req(firm, matter, lease))
         .await
         .unwrap()
         .expect("free");
     for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        db.advance_ledger_clock(Duration::from_secs(40))
+            .await
+            .unwrap();
         t::heartbeat(&mut c, &claim).await.expect("still current");
         assert!(
             t::sweep(&mut c, 10).await.unwrap().is_empty(),
             "a heartbeating build was swept"
         );
     }
-    // Without heartbeats the same lease runs out (the sweep above could have found it).
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Without heartbeats the same lease runs out: not before its deadline, then at once.
+    db.advance_ledger_clock(Duration::from_secs(40))
+        .await
+        .unwrap();
+    assert!(
+        t::sweep(&mut c, 10).await.unwrap().is_empty(),
+        "swept 20 s before its deadline"
+    );
+    db.advance_ledger_clock(Duration::from_secs(21))
+        .await
+        .unwrap();
     let swept = t::sweep(&mut c, 10).await.unwrap();
     assert_eq!(swept.len(), 1, "a silent build's lease runs out");
     assert!(commit(&db, &claim).await.unwrap_err().is_fenced());
@@ -1181,6 +1211,8 @@ async fn a_commit_that_stalls_inside_its_transaction_is_cut_off_by_the_database(
                 swept = s;
                 break;
             }
+            // Not a wait for a lease (it ran out at claim): the row stays locked until
+            // Postgres ends the frozen session (idle_in_transaction_session_timeout, 500 ms).
             Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
@@ -1257,7 +1289,9 @@ async fn a_covered_demand_still_restarts_the_retries_of_a_failing_matter() {
     t::fail(&mut c, &last, "503 again", false, &policy)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    db.advance_ledger_clock(Duration::from_secs(1))
+        .await
+        .unwrap(); // past the backoff
     assert_eq!(
         t::unserved(&mut c, policy.max_attempts, 10, Duration::ZERO)
             .await
@@ -1314,7 +1348,8 @@ async fn commit_cutting_proxy() -> (
                             mute.store(true, Ordering::SeqCst);
                             cuts.fetch_add(1, Ordering::SeqCst);
                             let _ = sw.write_all(&buf[..n]).await;
-                            // Give the server time to commit before the connection drops.
+                            // Give the server time to commit before the connection drops (a
+                            // wait on the server's work, not on a lease: kept as a sleep).
                             tokio::time::sleep(Duration::from_millis(300)).await;
                             return;
                         }

@@ -99,8 +99,8 @@ async fn observed(
     let j = reads::job(c, firm, matter).await.unwrap()?;
     let clock: Clock = diesel_async::RunQueryDsl::get_result(
         diesel::sql_query(
-            "SELECT coalesce(lease_expires_at < now(), false) AS lease_expired,
-                    coalesce(not_before > now(), false) AS backing_off
+            "SELECT coalesce(lease_expires_at < ops.now(), false) AS lease_expired,
+                    coalesce(not_before > ops.now(), false) AS backing_off
                FROM ops.matter_frame_jobs WHERE firm_id = $1 AND matter_id = $2",
         )
         .bind::<diesel::sql_types::Uuid, _>(firm)
@@ -329,8 +329,9 @@ async fn run(db: &TestDb, steps: &[Step], seen: &mut Reached) -> Result<(), (usi
                 Some((format!("{model}"), format!("{real}")))
             }
             Step::Tick => {
-                // The database clock passes the lease of a running row, or the backoff of a
-                // row that is not running (the model's two questions of time).
+                // The ledger clock passes the lease of a running row, or the backoff of a row
+                // that is not running (the model's two questions of time). Moved on the row,
+                // not by advancing the ledger clock, which would pass both at once.
                 if let Some(j) = m.row.as_mut() {
                     if j.status == Status::Running {
                         j.lease_expired = true;
@@ -341,9 +342,9 @@ async fn run(db: &TestDb, steps: &[Step], seen: &mut Reached) -> Result<(), (usi
                 c.batch_execute(&format!(
                     "UPDATE ops.matter_frame_jobs
                         SET lease_expires_at = CASE WHEN run_status = 'running'
-                                                    THEN now() - interval '1 millisecond' ELSE lease_expires_at END,
-                            not_before = CASE WHEN run_status <> 'running' AND not_before > now()
-                                              THEN now() - interval '1 millisecond' ELSE not_before END
+                                                    THEN ops.now() - interval '1 millisecond' ELSE lease_expires_at END,
+                            not_before = CASE WHEN run_status <> 'running' AND not_before > ops.now()
+                                              THEN ops.now() - interval '1 millisecond' ELSE not_before END
                       WHERE firm_id = '{firm}' AND matter_id = '{matter}'"
                 ))
                 .await

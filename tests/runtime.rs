@@ -1,6 +1,7 @@
 //! The actor runtime in-process, against a real Postgres: zombies fenced across two nodes,
 //! coalescing, heartbeats, memory that tracks active matters, restarts with cleared state.
-//! Waiting is on ledger conditions (polled), never on a sleep that merely happens to pass.
+//! Waiting is on ledger conditions (polled), never on a sleep that merely happens to pass; a
+//! lease runs out by advancing the ledger clock (`briefrail::testing::advance_ledger_clock`).
 
 use briefrail::ledger::{RunOutcome, RunStatus};
 use std::sync::Arc;
@@ -130,12 +131,13 @@ async fn demand_and_nudge(db: &TestDb, node: &Node, firm: Uuid, matter: Uuid) ->
 async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     let db = TestDb::new(16).await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    // Node A stalls inside its build and sends no heartbeat in time (every 10 s, against its
-    // own 100 ms lease, written on the row): to B, A looks exactly like a paused process.
+    // Node A stalls inside its build and sends no heartbeat in time (every 30 s, against its
+    // own 60 s lease, written on the row, which the ledger clock runs past at once): to B, A
+    // looks exactly like a paused process.
     let (gate, open_a) = Gate::new(false, Duration::ZERO);
     let mut sa = settings(&db, "node-a");
-    sa.lease.seconds = 0.1;
-    sa.lease.heartbeat_seconds = Some(10.0);
+    sa.lease.seconds = 60.0;
+    sa.lease.heartbeat_seconds = Some(30.0);
     let a = start(&db, sa, gate.clone(), false).await;
     let mut sb = settings(&db, "node-b");
     sb.lease.seconds = 0.05;
@@ -156,7 +158,11 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
     )
     .await;
     let token_a = held.claimed_generation;
-    tokio::time::sleep(Duration::from_millis(200)).await; // past A's own deadline
+    let report = b.sweep_now().await.unwrap();
+    assert_eq!(report.expired, 0, "A's lease has not run out yet");
+    db.advance_ledger_clock(Duration::from_secs(61))
+        .await
+        .unwrap(); // past A's own deadline
 
     let report = b.sweep_now().await.unwrap();
     assert_eq!(report.expired, 1, "B's sweeper expires A's claim");
@@ -262,7 +268,8 @@ async fn nudges_coalesce_into_one_claim_and_demands_mid_build_into_one_follow_up
         |j| j.run_status == RunStatus::Idle && !j.unserved(),
     )
     .await;
-    // Let any stray cycle the nudges could still start show up before counting.
+    // Let any stray cycle the nudges could still start show up before counting. Kept as a
+    // sleep: it gives the node's actors (a 300 ms debounce) time to act, no lease is involved.
     node.sweep_now().await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let runs = reads::runs(&mut c, firm, matter, 100).await.unwrap();

@@ -124,3 +124,187 @@ async fn schema_rs_matches_the_migrations() {
          expected:\n{expected}"
     );
 }
+
+/// The one migration that holds every live statement of the ledger in full.
+const LIVE_HOME: &str = "migrations/2026-12-01-000005_ledger_clock/up.sql";
+
+/// The `(name, body)` of every `CREATE OR REPLACE FUNCTION ops.<name>(` in `sql`, the body being
+/// the text between its dollar quotes (what Postgres keeps as `pg_proc.prosrc`).
+fn defined_functions(sql: &str) -> Vec<(String, String)> {
+    let head = "CREATE OR REPLACE FUNCTION ops.";
+    let mut out = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find(head) {
+        let def = &rest[at + head.len()..];
+        let name = &def[..def.find('(').expect("a parameter list")];
+        let open = def.find("$$").expect("a dollar-quoted body") + 2;
+        let close = open + def[open..].find("$$").expect("the body's closing $$");
+        out.push((name.to_owned(), def[open..close].to_owned()));
+        rest = &def[close + 2..];
+    }
+    out
+}
+
+/// Where `text` reads the database clock directly: `now()` or `clock_timestamp()` not spelled
+/// `ops.now()` / `ops.clock()` (a Rust `Instant::now()` or `Utc::now()` is not SQL).
+fn raw_clock_reads(text: &str) -> Vec<usize> {
+    let mut at = Vec::new();
+    for needle in ["now()", "clock_timestamp()"] {
+        for (i, _) in text.match_indices(needle) {
+            let before = text[..i].chars().next_back();
+            let qualified = text[..i].ends_with("ops.");
+            let rust_path = text[..i].ends_with("::");
+            let in_word = before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if !qualified && !rust_path && !in_word {
+                at.push(i);
+            }
+        }
+    }
+    at
+}
+
+#[derive(diesel::QueryableByName)]
+struct Function {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    body: String,
+}
+
+/// The promise of `migrations/…000005_ledger_clock/up.sql`: every function of schema `ops` in a
+/// migrated database is defined there in full, exactly as it runs, and the file says it is the
+/// live home. A migration that adds or redefines a function of `ops` elsewhere fails here
+/// (define it in full in the live home, or move the promise to the new migration and this test
+/// with it). And every live statement reads time only through the ledger clock.
+#[tokio::test]
+async fn every_function_of_ops_is_defined_in_full_in_the_live_home() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(LIVE_HOME);
+    let sql = std::fs::read_to_string(&path).expect("read the live home");
+    let header: String = sql
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        header.contains("THIS FILE IS THE LIVE HOME OF THE LEDGER'S SQL")
+            && header.contains("every function in schema"),
+        "{LIVE_HOME}: its header must say it is the live home of every function of ops:\n{header}"
+    );
+    assert!(
+        !sql.contains("CREATE FUNCTION"),
+        "{LIVE_HOME}: every definition is a CREATE OR REPLACE FUNCTION (the mutation controls \
+         and this test look for that head)"
+    );
+    let defined = defined_functions(&sql);
+    let mut in_file = BTreeMap::new();
+    for (name, body) in &defined {
+        assert!(
+            in_file.insert(name.as_str(), body.as_str()).is_none(),
+            "{LIVE_HOME} defines ops.{name} twice"
+        );
+    }
+
+    let db = TestDb::new(1).await.expect("test db");
+    let mut conn = db.pool.get().await.unwrap();
+    let live: Vec<Function> = diesel::sql_query(
+        "SELECT p.proname::text AS name, p.prosrc AS body
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'ops' ORDER BY 1",
+    )
+    .load(&mut conn)
+    .await
+    .expect("introspect");
+    let live: BTreeMap<&str, &str> = live
+        .iter()
+        .map(|f| (f.name.as_str(), f.body.as_str()))
+        .collect();
+    assert_eq!(
+        live.keys().collect::<Vec<_>>(),
+        in_file.keys().collect::<Vec<_>>(),
+        "the functions of schema ops in a migrated database and those {LIVE_HOME} defines"
+    );
+    for (name, body) in &live {
+        assert_eq!(
+            body, &in_file[name],
+            "ops.{name} runs a body other than the one in {LIVE_HOME}: a later migration \
+             redefined it; define it in full in the live home"
+        );
+    }
+
+    // The ledger clock: only ops.now() and ops.clock() read the database clock.
+    for (name, body) in &live {
+        if *name != "now" && *name != "clock" {
+            assert!(
+                raw_clock_reads(body).is_empty(),
+                "ops.{name} reads now() or clock_timestamp() instead of ops.now() / ops.clock():\n{body}"
+            );
+        }
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Default {
+        #[diesel(sql_type = Text)]
+        column: String,
+        #[diesel(sql_type = Text)]
+        default: String,
+    }
+    let defaults: Vec<Default> = diesel::sql_query(
+        "SELECT table_name || '.' || column_name AS column, column_default AS default
+           FROM information_schema.columns
+          WHERE table_schema = 'ops' AND column_default IS NOT NULL",
+    )
+    .load(&mut conn)
+    .await
+    .expect("introspect");
+    for d in &defaults {
+        assert!(
+            raw_clock_reads(&d.default).is_empty(),
+            "ops.{} defaults to {}: a time of the ledger is ops.now()",
+            d.column,
+            d.default
+        );
+    }
+}
+
+/// The Rust side of the ledger clock: SQL in `src/` reads time through `ops.now()` (or
+/// `ledger::clock::ledger_now`), never `now()`, `clock_timestamp()` or `diesel::dsl::now`, so
+/// every statement agrees with the ledger under an advanced clock. The one exception is the
+/// record's own `archived_at` (`src/ledger/facts.rs`), which no statement compares with a time.
+#[test]
+fn rust_sql_reads_the_ledger_clock() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![root.clone()];
+    let mut offenders = Vec::new();
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("read src").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&p).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") || rel == "ledger/clock.rs" {
+                    continue; // prose about the clock, not a statement
+                }
+                let dsl_now = line.contains("dsl::now") && rel != "ledger/facts.rs";
+                if dsl_now || !raw_clock_reads(line).is_empty() {
+                    offenders.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "SQL that reads the database clock instead of the ledger clock (ops.now()):\n  {}",
+        offenders.join("\n  ")
+    );
+}

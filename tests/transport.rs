@@ -780,6 +780,8 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
         while drain_once(&opts, &r.node.nudges()).await.unwrap() > 0 {}
     }
     // Statistics reach pg_stat_database when a backend goes idle (at most a second later).
+    // Kept as a sleep: it waits on Postgres' statistics, not on a lease or a backoff, so the
+    // ledger clock cannot stand in for it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(deadlocks().await, before, "Postgres detected a deadlock");
 }

@@ -211,7 +211,7 @@ async fn a_token_number_handed_out_twice_still_fences_the_old_holder() {
     // The claim's transaction is lost: the row and the runs are as they were before it.
     c.batch_execute(&format!(
         "UPDATE ops.matter_frame_jobs SET run_status = '{}', requested_generation = {},
-                claimed_generation = {}, claimed_at = now() - interval '1 hour'
+                claimed_generation = {}, claimed_at = ops.now() - interval '1 hour'
           WHERE firm_id = '{firm}' AND matter_id = '{matter}';
          DELETE FROM ops.matter_frame_runs WHERE run_id = '{}';",
         before.run_status, before.requested_generation, before.claimed_generation, zombie.run_id
@@ -336,16 +336,18 @@ async fn a_shorter_lease_on_another_node_does_not_expire_a_healthy_build() {
     let db = TestDb::new(4).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    let long = demanded_claim(&mut c, firm, matter, Duration::from_secs(120)).await;
-    // The short-lease node looks after more than its own lease has passed.
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The healthy build's lease is an hour; the other node's is 30 s.
+    let short_lease = Duration::from_secs(30);
+    let long = demanded_claim(&mut c, firm, matter, Duration::from_secs(3600)).await;
+    // The short-lease node looks after more than its own lease has passed (ledger clock).
+    db.advance_ledger_clock(short_lease * 2).await.unwrap();
     let swept = t::sweep(&mut c, 100).await.unwrap();
     assert!(
         swept.is_empty(),
         "the other node's lease expired a healthy build: {swept:?}"
     );
     t::demand(&mut c, firm, matter).await.unwrap();
-    let stolen = t::claim(&mut c, &nudged(firm, matter, Duration::from_secs(1)))
+    let stolen = t::claim(&mut c, &nudged(firm, matter, short_lease))
         .await
         .unwrap();
     assert!(
@@ -356,17 +358,30 @@ async fn a_shorter_lease_on_another_node_does_not_expire_a_healthy_build() {
         .await
         .unwrap();
 
-    // The other way round: a claim with a 1 s lease is swept once its own deadline passed,
+    // The other way round: a claim with a 30 s lease is swept once its own deadline passed,
     // whatever the sweeping node's setting; its renewals keep their own length.
     let short_matter = Uuid::new_v4();
-    let short = demanded_claim(&mut c, firm, short_matter, Duration::from_secs(1)).await;
+    let short = demanded_claim(&mut c, firm, short_matter, short_lease).await;
+    db.advance_ledger_clock(Duration::from_secs(20))
+        .await
+        .unwrap();
     t::heartbeat(&mut c, &short).await.unwrap();
     let row = reads::job(&mut c, firm, short_matter)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(row.lease_seconds, Some(1.0));
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(row.lease_seconds, Some(30.0));
+    // 20 s after the heartbeat its renewed deadline is still ahead (the original one is past).
+    db.advance_ledger_clock(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(
+        t::sweep(&mut c, 100).await.unwrap().is_empty(),
+        "swept before its renewed deadline"
+    );
+    db.advance_ledger_clock(Duration::from_secs(11))
+        .await
+        .unwrap();
     let swept = t::sweep(&mut c, 100).await.unwrap();
     assert!(
         swept.iter().any(|(m, _)| m.matter_id == short_matter),
@@ -383,12 +398,11 @@ async fn a_follow_up_lease_starts_when_the_commit_ends() {
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let claim = demanded_claim(&mut c, firm, matter, Duration::from_secs(600)).await;
     t::demand(&mut c, firm, matter).await.unwrap(); // mid-build: a follow-up is due
+    // The application's writes take 1.5 s: the ledger clock moves on inside the commit's
+    // transaction (no sleep; ops.clock() reads the advance at once, in this transaction).
     let slow: t::ExtraWrites = Box::new(|conn, _| {
         Box::pin(async move {
-            diesel::sql_query("SELECT pg_sleep(1.5)")
-                .execute(conn)
-                .await?;
-            Ok(())
+            briefrail::testing::advance_ledger_clock(conn, Duration::from_millis(1500)).await
         })
     });
     let landed = t::commit(
@@ -406,7 +420,7 @@ async fn a_follow_up_lease_starts_when_the_commit_ends() {
         age: f64,
     }
     let age: Age = diesel::sql_query(format!(
-        "SELECT extract(epoch FROM now() - claimed_at)::float8 AS age FROM ops.matter_frame_jobs
+        "SELECT extract(epoch FROM ops.now() - claimed_at)::float8 AS age FROM ops.matter_frame_jobs
           WHERE matter_id = '{matter}'"
     ))
     .get_result(&mut c)
@@ -465,7 +479,7 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         .unwrap();
     let backdate = |secs: u32| {
         format!(
-            "UPDATE ops.domain_event_outbox SET published_at = now() - interval '{secs} seconds'
+            "UPDATE ops.domain_event_outbox SET published_at = ops.now() - interval '{secs} seconds'
               WHERE event_id = '{}'",
             ev.event_id
         )
@@ -510,7 +524,7 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         .await
         .unwrap();
     c.batch_execute(&format!(
-        "UPDATE ops.domain_event_outbox SET republish_count = {}, published_at = now() - interval '30 days'
+        "UPDATE ops.domain_event_outbox SET republish_count = {}, published_at = ops.now() - interval '30 days'
           WHERE event_id = '{}'",
         outbox::REPUBLISH_CAP,
         ev.event_id
@@ -575,7 +589,7 @@ async fn a_long_reconcile_interval_still_reaches_the_cap_inside_the_window() {
         .unwrap();
     c.batch_execute(&format!(
         "UPDATE ops.domain_event_outbox SET republish_count = 8,
-                published_at = now() - make_interval(secs => {})
+                published_at = ops.now() - make_interval(secs => {})
           WHERE event_id = '{}'",
         longest.as_secs() + 5,
         ev.event_id

@@ -16,7 +16,8 @@
 //! ```
 //!
 //! * [`transitions`]: demand, claim, lost claim, heartbeat, commit, fail, release, sweep,
-//!   reconcile: each one SQL statement, on the database clock.
+//!   reconcile: each one SQL statement, on the ledger clock ([`clock`]: the database clock,
+//!   which only tests move).
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
 //! * [`reads`]: what operators and tests look at.
 //!
@@ -24,6 +25,7 @@
 //! build at the same time; only the successor's commit lands, and the zombie learns at its
 //! next heartbeat or at its commit.
 
+pub mod clock;
 pub mod commit;
 pub mod event_name;
 pub mod facts;

@@ -50,7 +50,7 @@ pub struct JobRow {
     pub claimed_run_id: Option<Uuid>,
     /// The claimer's lease length; each heartbeat moves the deadline by it.
     pub lease_seconds: Option<f64>,
-    /// The current claim's deadline (database clock); the sweep compares with it.
+    /// The current claim's deadline (ledger clock, `ops.now()`); the sweep compares with it.
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// The cluster (system identifier) whose transaction ids `claimed_snapshot` holds.
     pub claimed_cluster: Option<i64>,

@@ -9,6 +9,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use super::clock::ledger_now;
 use super::event_name::EventName;
 use crate::error::Result;
 use crate::schema::ops;
@@ -75,7 +76,7 @@ pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Res
 /// The next unpublished events in sequence order, locked so that concurrent relays on other
 /// nodes skip them (`FOR UPDATE SKIP LOCKED`) instead of publishing them twice. Call inside a
 /// transaction; the locks last until it ends. Rows in backoff (`next_attempt_at` in the
-/// future, database clock) are left for later.
+/// future, ledger clock `ops.now()`) are left for later.
 ///
 /// Reading "everything after the last sequence I saw" would lose an event whose transaction
 /// took an earlier sequence value but committed later; selecting by `published_at IS NULL`
@@ -90,7 +91,7 @@ pub async fn lock_unpublished(
         .filter(
             o::next_attempt_at
                 .is_null()
-                .or(o::next_attempt_at.le(diesel::dsl::now)),
+                .or(o::next_attempt_at.le(ledger_now().nullable())),
         )
         .order(o::seq)
         .limit(limit)
@@ -106,14 +107,14 @@ pub async fn mark_published(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) ->
     use ops::domain_event_outbox::dsl as o;
     Ok(
         diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
-            .set(o::published_at.eq(diesel::dsl::now))
+            .set(o::published_at.eq(ledger_now().nullable()))
             .execute(conn)
             .await?,
     )
 }
 
 /// Records a failed publish: the error is kept on the row, and the row waits out an
-/// exponential backoff (database clock) before the relay tries it again.
+/// exponential backoff (ledger clock, `ops.now()`) before the relay tries it again.
 pub async fn mark_failed(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
@@ -121,7 +122,7 @@ pub async fn mark_failed(
 ) -> Result<usize> {
     use ops::domain_event_outbox::dsl as o;
     let backoff = diesel::dsl::sql::<diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>>(
-        "now() + make_interval(secs => least(60, 0.2 * power(2, least(publish_attempts, 10))))",
+        "ops.now() + make_interval(secs => least(60, 0.2 * power(2, least(publish_attempts, 10))))",
     );
     Ok(
         diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
@@ -147,10 +148,10 @@ pub async fn lease_unpublished(
 ) -> Result<Vec<super::models::OutboxRow>> {
     let mut rows: Vec<LeasedRow> = diesel::sql_query(
         "UPDATE ops.domain_event_outbox o
-            SET next_attempt_at = now() + make_interval(secs => $2)
+            SET next_attempt_at = ops.now() + make_interval(secs => $2)
           WHERE o.event_id IN (
                 SELECT event_id FROM ops.domain_event_outbox
-                 WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+                 WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= ops.now())
                  ORDER BY seq LIMIT $1
                    FOR UPDATE SKIP LOCKED)
           RETURNING o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload, o.traceparent,
@@ -261,10 +262,10 @@ pub async fn requeue_unconsumed(
                 last_error = 'republished: not consumed in time (reconcile)'
           WHERE o.event_id IN (
                 SELECT e.event_id FROM ops.domain_event_outbox e
-                 WHERE e.published_at < now() - make_interval(secs => least($2, $6))
-                   AND e.published_at < now() - make_interval(secs =>
+                 WHERE e.published_at < ops.now() - make_interval(secs => least($2, $6))
+                   AND e.published_at < ops.now() - make_interval(secs =>
                            least($2 * power(2, least(e.republish_count, 10)), $6))
-                   AND e.published_at > now() - make_interval(secs => $3)
+                   AND e.published_at > ops.now() - make_interval(secs => $3)
                    AND e.republish_count < $4
                    AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
                                     WHERE c.consumer = $1 AND c.event_id = e.event_id)

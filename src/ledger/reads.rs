@@ -172,7 +172,7 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
     Ok(diesel::sql_query(
         "SELECT
            (SELECT count(*) FROM ops.domain_event_outbox WHERE published_at IS NULL) AS outbox_backlog,
-           coalesce((SELECT extract(epoch FROM now() - min(created_at))::float8
+           coalesce((SELECT extract(epoch FROM ops.now() - min(created_at))::float8
                        FROM ops.domain_event_outbox WHERE published_at IS NULL), 0) AS oldest_unpublished_seconds,
            (SELECT count(*) FROM ops.matter_frame_jobs j WHERE landed_generation < requested_generation
                                                          AND NOT ops.is_archived(j.firm_id, j.matter_id)) AS unserved_matters,

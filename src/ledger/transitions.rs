@@ -1,9 +1,11 @@
 //! The transitions of the protocol (`docs/protocol.md`), one SQL statement each.
 //!
-//! Each statement lives in `migrations/2026-12-01-000004_trust_only_the_ledger/up.sql` (the one
-//! home of the live transition SQL) as a SQL function of the same name, so diesel caches it as
-//! a prepared statement; this module is its only caller, `docs/protocol.md` describes each,
-//! and `tests/model/ledger.rs` mirrors each statement in the model check. Every function takes
+//! Each statement lives in `migrations/2026-12-01-000005_ledger_clock/up.sql` (the one home of
+//! the live SQL: every function of schema `ops`, in full) as a SQL function of the same name,
+//! so diesel caches it as a prepared statement; this module is its only caller,
+//! `docs/protocol.md` describes each, and `tests/model/ledger.rs` mirrors each statement in the
+//! model check. Each reads time only through the ledger clock (`ops.now()`, `ops.clock()`:
+//! [`super::clock`]), which only tests move. Every function takes
 //! `&mut AsyncPgConnection` and runs in its own short autocommit transaction, except
 //! [`commit`], which opens the one transaction the protocol allows: the compare-and-swap, the
 //! frame insert and the embedding application's own writes.
@@ -29,7 +31,7 @@ use crate::error::{Error, Result};
 pub struct ClaimRequest {
     pub firm_id: Uuid,
     pub matter_id: Uuid,
-    /// The claimer's lease: the claim writes `now() + lease` on the row as its deadline, and
+    /// The claimer's lease: the claim writes `ops.now() + lease` on the row as its deadline, and
     /// every heartbeat renews it by the same length. Other nodes compare with the row, never
     /// with their own setting.
     pub lease: Duration,

@@ -1,6 +1,7 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
-//! (`migrations/…000004_trust_only_the_ledger/up.sql`), and the guarantee tests that must fail
-//! under each, the way the model check's negative controls must find a counterexample.
+//! (`migrations/…000005_ledger_clock/up.sql`, the live home of every function of `ops`), and
+//! the guarantee tests that must fail under each, the way the model check's negative controls
+//! must find a counterexample.
 //!
 //! A mutation is SQL run on every database [`briefrail::testing::TestDb::new`] creates while
 //! [`briefrail::testing::MUTATION_ENV`] holds it: usually a transition function redefined from
@@ -25,15 +26,15 @@ pub struct Mutation {
 
 fn live_sql() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations/2026-12-01-000004_trust_only_the_ledger/up.sql");
+        .join("migrations/2026-12-01-000005_ledger_clock/up.sql");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The live definition of `ops.<function>`, each `(from, to)` replaced (each `from` must occur
-/// exactly once in it), as `CREATE OR REPLACE`.
+/// The live definition of `ops.<function>` (a `CREATE OR REPLACE`), each `(from, to)` replaced
+/// (each `from` must occur exactly once in it).
 fn patched(function: &str, edits: &[(&str, &str)]) -> String {
     let sql = live_sql();
-    let head = format!("CREATE FUNCTION ops.{function}(");
+    let head = format!("CREATE OR REPLACE FUNCTION ops.{function}(");
     let start = sql
         .find(&head)
         .unwrap_or_else(|| panic!("no live definition of ops.{function}"));
@@ -41,7 +42,7 @@ fn patched(function: &str, edits: &[(&str, &str)]) -> String {
         .find("\n$$;")
         .map(|i| start + i + "\n$$;".len())
         .unwrap_or_else(|| panic!("ops.{function} has no closing $$;"));
-    let mut def = sql[start..body_end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1);
+    let mut def = sql[start..body_end].to_owned();
     for (from, to) in edits {
         let n = def.matches(from).count();
         assert_eq!(
@@ -151,7 +152,7 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "sweep_ignores_the_lease",
             breaks: "heartbeats keep a build's lease; another node's setting does not expire it",
-            sql: || patched("sweep", &[(" AND j.lease_expires_at < now()", "")]),
+            sql: || patched("sweep", &[(" AND j.lease_expires_at < ops.now()", "")]),
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
@@ -263,7 +264,7 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "start_lease",
                     &[(
-                        "SET claimed_at = clock_timestamp(),\n               lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds)",
+                        "SET claimed_at = ops.clock(),\n               lease_expires_at = ops.clock() + make_interval(secs => lease_seconds)",
                         "SET updated_at = updated_at",
                     )],
                 )

@@ -1,5 +1,5 @@
 //! The ledger's transitions, one function per SQL function of
-//! `migrations/2026-12-01-000004_trust_only_the_ledger/up.sql` (the live set; same names),
+//! `migrations/2026-12-01-000005_ledger_clock/up.sql` (the live set; same names),
 //! each applied atomically as the statement is. Comments quote the SQL clause each line
 //! mirrors.
 //!
@@ -80,7 +80,7 @@ impl State {
         let snapshot = self.facts; // pg_current_snapshot()
         let token = match &mut self.row {
             None => {
-                // INSERT ... VALUES ('running', false, 1, 1, now(), ...)
+                // INSERT ... VALUES ('running', false, 1, 1, ops.now(), ...)
                 self.row = Some(Row {
                     status: Status::Running,
                     rebuild_needed: false,
@@ -96,7 +96,7 @@ impl State {
                 1
             }
             Some(j) => {
-                // WHERE (run_status <> 'running' OR claimed_at < now() - lease)
+                // WHERE (run_status <> 'running' OR claimed_at < ops.now() - lease)
                 //   AND (NOT p_only_unserved OR (landed_generation < requested_generation
                 //                                AND consecutive_failures < p_max_attempts))
                 let free = j.status != Status::Running || j.lease_expired;
@@ -112,7 +112,7 @@ impl State {
                 j.rebuild_needed = false;
                 j.requested += 1;
                 j.claimed = j.requested;
-                j.lease_expired = false; // claimed_at = now()
+                j.lease_expired = false; // claimed_at = ops.now()
                 j.claimed_snapshot = Some(snapshot);
                 if !only_unserved && flaw != Flaw::PlainDemandKeepsRetries {
                     j.failures = 0; // a plain claim is a demand (migration 000003)
@@ -150,7 +150,7 @@ impl State {
     pub fn heartbeat(&mut self, token: u8) -> bool {
         match self.current(token) {
             Some(j) => {
-                j.lease_expired = false; // claimed_at = now()
+                j.lease_expired = false; // claimed_at = ops.now()
                 true
             }
             None => false,
@@ -217,7 +217,7 @@ impl State {
         } else {
             j.failures + 1
         };
-        j.backing_off = true; // not_before = now() + backoff
+        j.backing_off = true; // not_before = ops.now() + backoff
         true
     }
 
@@ -245,7 +245,7 @@ impl State {
         if !j.rebuild_needed || flaw == Flaw::FailureCountsAgainstNewDemand {
             j.failures += 1;
         }
-        j.backing_off = false; // not_before = now()
+        j.backing_off = false; // not_before = ops.now()
         true
     }
 

@@ -7,7 +7,7 @@
 //!
 //! # What is modelled, and the statement each step mirrors
 //!
-//! | model action | what runs | SQL (`migrations/…000004_trust_only_the_ledger`, the live set) | Rust |
+//! | model action | what runs | SQL (`migrations/…000005_ledger_clock`, the live set) | Rust |
 //! |---|---|---|---|
 //! | `CommitFact` | the application records a fact and its outbox row in one transaction | `INSERT record.* ; INSERT ops.domain_event_outbox` | `ledger::facts` |
 //! | `Publish(f)` | the relay publishes an outbox row (confirmed) and marks it | `UPDATE … SET published_at` | `transport::amqp::relay` |
@@ -25,7 +25,7 @@
 //! | `Shutdown(n)` | SIGTERM: the node releases its claim and restarts (a fault) | `ops.release_claim` | `transitions::release` |
 //! | `Crash(n)` | kill -9: the node's memory is gone, its unacked delivery returns (a fault) | — | — |
 //! | `Pause(n)` / `Resume(n)` | SIGSTOP / SIGCONT: the zombie (pausing is a fault) | — | — |
-//! | `Tick` | the database clock passes a lease / a backoff | `now()` | — |
+//! | `Tick` | the ledger clock passes a lease / a backoff | `ops.now()` | — |
 //! | `Sweep` | the sweeper fails a running row whose lease expired, and nudges its matter | `ops.sweep` | `transitions::sweep`, `actors::sweeper` |
 //! | `Reconcile` | the sweeper nudges a matter with unserved demand | `ops.unserved` | `transitions::unserved` |
 //! | `LoseEvent(f)`, `LosePoke`, `Duplicate(f)` | the broker drops or redelivers (faults) | — | — |
@@ -36,7 +36,7 @@
 //! # Abstractions (each keeps every schedule the real system has, or says why not)
 //!
 //! - One matter: rows of different matters share nothing.
-//! - Time is the two comparisons ever made against `now()`: a lease is expired or not, a
+//! - Time is the two comparisons ever made against `ops.now()`: a lease is expired or not, a
 //!   backoff has passed or not. `Tick` expires a lease only when no *running* node holds it:
 //!   a live holder heartbeats every third of the lease, so expiring its lease under it is the
 //!   same schedule as pausing it (`Pause`), which the model has.

@@ -3,8 +3,8 @@
 //!
 //! Everything is a small integer so the checker can hash millions of states: generations are
 //! `u8`, sets of facts are bitmasks (fact `f` is bit `f - 1`), time is abstracted to the two
-//! comparisons the protocol ever makes against it (`claimed_at < now() - lease` and
-//! `not_before > now()`).
+//! comparisons the protocol ever makes against it (`claimed_at < ops.now() - lease` and
+//! `not_before > ops.now()`).
 
 /// `run_status` of `ops.matter_frame_jobs`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -22,11 +22,11 @@ pub struct Row {
     pub rebuild_needed: bool,
     pub requested: u8,
     pub claimed: u8,
-    /// `claimed_at < now() - lease`: the only question the lease timestamp is ever asked.
+    /// `claimed_at < ops.now() - lease`: the only question the lease timestamp is ever asked.
     pub lease_expired: bool,
     pub landed: u8,
     pub failures: u8,
-    /// `not_before > now()`.
+    /// `not_before > ops.now()`.
     pub backing_off: bool,
     /// `claimed_snapshot`: what the claim's transaction could see. Facts commit one at a time,
     /// so a snapshot is the number of facts committed when it was taken (fact `f` is visible

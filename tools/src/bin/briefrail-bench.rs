@@ -381,10 +381,10 @@ async fn big_table(pool: &Pool, n: usize) -> R<(f64, f64)> {
     let firm = Uuid::new_v4();
     exec(pool, &format!(
         "INSERT INTO ops.matter_frame_jobs (firm_id, matter_id, requested_generation, claimed_generation, landed_generation, run_status, claimed_at)
-         SELECT '{firm}', gen_random_uuid(), 3, 3, 3, 'idle', now() - interval '1 hour' FROM generate_series(1, {n});
-         UPDATE ops.matter_frame_jobs SET run_status = 'running', claimed_at = now() - interval '2 hours'
+         SELECT '{firm}', gen_random_uuid(), 3, 3, 3, 'idle', ops.now() - interval '1 hour' FROM generate_series(1, {n});
+         UPDATE ops.matter_frame_jobs SET run_status = 'running', claimed_at = ops.now() - interval '2 hours'
           WHERE firm_id = '{firm}' AND matter_id IN (SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' LIMIT 50);
-         UPDATE ops.matter_frame_jobs SET requested_generation = 4, updated_at = now() - interval '1 hour'
+         UPDATE ops.matter_frame_jobs SET requested_generation = 4, updated_at = ops.now() - interval '1 hour'
           WHERE firm_id = '{firm}' AND run_status = 'idle' AND matter_id IN (SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND run_status = 'idle' LIMIT 50);
          ANALYZE ops.matter_frame_jobs;"
     ))

@@ -579,7 +579,7 @@ async fn db_now(pool: &Pool) -> chrono::DateTime<chrono::Utc> {
         t: chrono::DateTime<chrono::Utc>,
     }
     match pool.get().await {
-        Ok(mut c) => diesel::sql_query("SELECT now() AS t")
+        Ok(mut c) => diesel::sql_query("SELECT ops.now() AS t")
             .get_result::<T>(&mut c)
             .await
             .map(|t| t.t)
