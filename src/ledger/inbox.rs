@@ -18,8 +18,7 @@ use super::{outbox, transitions};
 use crate::error::Result;
 use crate::schema::{ops, record};
 
-/// The inbox name of the Brief rail's trigger.
-pub const BRIEF_RAIL: &str = "brief-rail";
+pub use super::models::BRIEF_RAIL;
 
 /// The facts the Brief rail hears: each may change the Brief. Every other fact is consumed
 /// too (so it drains from the outbox and is never republished), with no effect.

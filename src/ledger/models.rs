@@ -8,6 +8,9 @@ use uuid::Uuid;
 use super::states::{RunOutcome, RunStatus};
 use crate::schema::{ops, record};
 
+/// The inbox name of the Brief rail's trigger (the consumer every event is applied for).
+pub const BRIEF_RAIL: &str = "brief-rail";
+
 /// A claim this process holds: the fencing token and the run that records the attempt.
 /// Every write made on behalf of the build carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -186,7 +186,7 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
                                 WHERE c.consumer = $2 AND c.event_id = e.event_id)) AS stranded_events",
     )
     .bind::<diesel::sql_types::Integer, _>(super::outbox::REPUBLISH_CAP)
-    .bind::<diesel::sql_types::Text, _>(super::inbox::BRIEF_RAIL)
+    .bind::<diesel::sql_types::Text, _>(super::models::BRIEF_RAIL)
     .get_result(conn)
     .await?)
 }
