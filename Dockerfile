@@ -1,8 +1,10 @@
 # Multi-stage build: compile in the Rust image, ship only the binary.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock askama.toml ./
 COPY src src
+# A workspace member: cargo loads the whole workspace even to build one binary.
+COPY tools tools
 COPY migrations migrations
 COPY config config
 COPY examples examples
