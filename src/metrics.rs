@@ -67,7 +67,7 @@ metric_set! {
     /// The ledger's state as gauges, set from `ledger::reads::gauges` at each scrape.
     LedgerGauges of FloatGauge {
         outbox_backlog => "Outbox events not yet published",
-        oldest_unpublished_seconds => "Age of the oldest unpublished event",
+        outbox_oldest_unpublished_seconds => "Age of the oldest unpublished event",
         matters_unserved => "Matters whose landed frame is behind their demand",
         builds_running => "Matters with a build in flight (any node)",
         matters_failed => "Matters whose last build failed with demand unserved",
@@ -162,5 +162,39 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// Operators' dashboards and alerts name these: a rename is a breaking change.
+    #[test]
+    fn every_published_name_is_rendered() {
+        let text = Metrics::default().render();
+        for name in [
+            "briefrail_builds_started_total",
+            "briefrail_builds_landed_total",
+            "briefrail_builds_fenced_total",
+            "briefrail_builds_failed_total",
+            "briefrail_builds_released_total",
+            "briefrail_builds_lease_expired_total",
+            "briefrail_claim_conflicts_total",
+            "briefrail_demands_coalesced_total",
+            "briefrail_nudges_received_total",
+            "briefrail_events_published_total",
+            "briefrail_events_consumed_total",
+            "briefrail_events_duplicate_total",
+            "briefrail_events_republished_total",
+            "briefrail_dead_lettered_total",
+            "briefrail_nudges_refused_total",
+            "briefrail_build_duration_seconds_count",
+            "briefrail_build_duration_seconds_sum",
+            "briefrail_outbox_backlog",
+            "briefrail_outbox_oldest_unpublished_seconds",
+            "briefrail_matters_unserved",
+            "briefrail_builds_running",
+            "briefrail_matters_failed",
+            "briefrail_events_stranded",
+            "briefrail_ledger_up",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "{name} missing:\n{text}");
+        }
     }
 }

@@ -72,7 +72,7 @@ async fn the_admin_api_answers_over_a_real_socket() {
     ] {
         assert!(
             text.contains(&format!("\n{name} ")) || text.starts_with(&format!("{name} ")),
-            "metric {name} missing"
+            "metric {name} missing:\n{text}"
         );
     }
     assert_eq!(metric(&text, "briefrail_builds_landed_total"), 0.0);

@@ -184,7 +184,7 @@ async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     l.ledger_up.set(if gauges.is_ok() { 1.0 } else { 0.0 });
     let g = gauges.unwrap_or_default();
     l.outbox_backlog.set(g.outbox_backlog as f64);
-    l.oldest_unpublished_seconds
+    l.outbox_oldest_unpublished_seconds
         .set(g.oldest_unpublished_seconds);
     l.matters_unserved.set(g.unserved_matters as f64);
     l.builds_running.set(g.running_builds as f64);
