@@ -194,7 +194,10 @@ mod tests {
             "briefrail_events_stranded",
             "briefrail_ledger_up",
         ] {
-            assert!(text.contains(&format!("\n{name} ")), "{name} missing:\n{text}");
+            assert!(
+                text.contains(&format!("\n{name} ")),
+                "{name} missing:\n{text}"
+            );
         }
     }
 }

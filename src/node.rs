@@ -2,11 +2,12 @@
 //! tests and every embedding application.
 //!
 //! A node owns its actors (supervisor, builder pool, sweeper), its transport (the one its
-//! settings name, delivering nudges to the actors) and, when asked, its HTTP surface. It starts
-//! them in the order that loses nothing (actors before the transport that feeds them) and stops
-//! them in one shutdown: stop intake (the transport), drain in-flight builds for
-//! `shutdown.grace_seconds`, cancel the rest (their claims handed back by token), then stop the
-//! HTTP surface.
+//! settings name, delivering nudges to the actors) and, when asked, its surfaces (the HTTP admin
+//! endpoint: `.surface(briefrail::surface::http::admin())`). It starts them in the order that
+//! loses nothing (actors before the transport that feeds them) and stops them in one shutdown:
+//! stop intake (the transport), drain in-flight builds for `shutdown.grace_seconds`, cancel the
+//! rest (their claims handed back by token), then stop the surfaces. A surface is anything that
+//! can be started from the node's context and stopped ([`Surface`]): the node knows no HTTP.
 //!
 //! ```no_run
 //! # async fn start(settings: std::sync::Arc<briefrail::config::Settings>) -> briefrail::Result<()> {
@@ -42,9 +43,22 @@ pub struct NodeBuilder {
     metrics: Arc<Metrics>,
     transport: bool,
     periodic_sweeper: bool,
-    #[cfg(feature = "http")]
-    http: bool,
+    surfaces: Vec<StartSurface>,
 }
+
+/// Something a node serves besides its actors and transport (the HTTP admin endpoint, an
+/// embedder's own): started once the actors run, stopped last at shutdown.
+pub trait Surface {
+    /// The address it listens on, if any (useful with port 0).
+    fn addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
+    /// Stops it; called after the builds have drained.
+    fn stop(&self) -> futures_util::future::LocalBoxFuture<'_, ()>;
+}
+
+/// How a surface is started: from the node's context (settings, pool, metrics, node id).
+pub type StartSurface = Box<dyn FnOnce(&Arc<NodeContext>) -> Result<Box<dyn Surface>>>;
 
 impl NodeBuilder {
     /// Share an existing pool (an embedder's, or a test database's) instead of opening one
@@ -73,10 +87,10 @@ impl NodeBuilder {
         self
     }
 
-    /// Also serve the HTTP admin surface on `http.bind`.
-    #[cfg(feature = "http")]
-    pub fn with_http(mut self) -> Self {
-        self.http = true;
+    /// Also serve `surface` (e.g. `briefrail::surface::http::admin()`, the HTTP admin endpoint
+    /// on `http.bind`).
+    pub fn surface(mut self, start: StartSurface) -> Self {
+        self.surfaces.push(start);
         self
     }
 
@@ -121,27 +135,26 @@ impl NodeBuilder {
         } else {
             None
         };
-        #[cfg(feature = "http")]
-        let http = if self.http {
-            Some(crate::surface::http::serve(
-                crate::surface::http::HttpState {
-                    settings: settings.clone(),
-                    pool: pool.clone(),
-                    metrics: self.metrics.clone(),
-                    node_id: actors.context.node_id.clone(),
-                },
-            )?)
-        } else {
-            None
-        };
+        let mut surfaces = Vec::new();
+        for start in self.surfaces {
+            match start(&actors.context) {
+                Ok(surface) => surfaces.push(surface),
+                Err(e) => {
+                    if let Some(t) = &transport {
+                        t.stop().await;
+                    }
+                    actors.drain(Duration::ZERO).await;
+                    return Err(e);
+                }
+            }
+        }
         tracing::info!(node_id = %actors.context.node_id, transport = ?settings.transport.kind,
                        with_transport = transport.is_some(), "node started");
         Ok(Node {
             settings,
             actors,
             transport,
-            #[cfg(feature = "http")]
-            http,
+            surfaces,
         })
     }
 }
@@ -151,8 +164,7 @@ pub struct Node {
     settings: Arc<Settings>,
     actors: Actors,
     transport: Option<transport::Running>,
-    #[cfg(feature = "http")]
-    http: Option<(std::net::SocketAddr, actix_web::dev::ServerHandle)>,
+    surfaces: Vec<Box<dyn Surface>>,
 }
 
 impl Node {
@@ -165,8 +177,7 @@ impl Node {
             metrics: Arc::new(Metrics::default()),
             transport: true,
             periodic_sweeper: true,
-            #[cfg(feature = "http")]
-            http: false,
+            surfaces: Vec::new(),
         }
     }
 
@@ -207,10 +218,9 @@ impl Node {
         &self.actors.context.node_id
     }
 
-    /// The HTTP surface's bound address, if it serves one (useful with port 0).
-    #[cfg(feature = "http")]
-    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
-        self.http.as_ref().map(|(a, _)| *a)
+    /// The first address a surface listens on (the HTTP admin endpoint's, with port 0).
+    pub fn surface_addr(&self) -> Option<std::net::SocketAddr> {
+        self.surfaces.iter().find_map(|s| s.addr())
     }
 
     /// The matter actor serving `key`, if one is alive (a test hook).
@@ -240,13 +250,12 @@ impl Node {
     }
 
     /// The one shutdown: stop intake, drain for `grace`, cancel the rest (claims handed back
-    /// by token), stop the HTTP surface.
+    /// by token), stop the surfaces.
     pub async fn shutdown_within(&self, grace: Duration) -> bool {
         self.stop_intake().await;
         let drained = self.actors.drain(grace).await;
-        #[cfg(feature = "http")]
-        if let Some((_, handle)) = &self.http {
-            handle.stop(true).await;
+        for s in &self.surfaces {
+            s.stop().await;
         }
         tracing::info!(node_id = %self.node_id(), drained, "node stopped");
         drained

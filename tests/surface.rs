@@ -29,11 +29,11 @@ async fn the_admin_api_answers_over_a_real_socket() {
     s.relay.poll_ms = 100;
     let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
         .pool(db.pool.clone())
-        .with_http()
+        .surface(briefrail::surface::http::admin())
         .start()
         .await
         .unwrap();
-    let addr = node.http_addr().expect("serves http");
+    let addr = node.surface_addr().expect("serves http");
     let base = format!("http://{addr}");
     let client = awc::Client::default();
     let auth = ("authorization", format!("Bearer {TOKEN}"));

@@ -34,6 +34,35 @@ pub struct HttpState {
     pub node_id: String,
 }
 
+/// The HTTP admin endpoint as a node's surface: `Node::builder(..).surface(admin())` binds
+/// `http.bind` once the actors run and stops the server last at shutdown.
+pub fn admin() -> crate::node::StartSurface {
+    Box::new(|ctx: &std::sync::Arc<crate::actors::NodeContext>| {
+        let (addr, handle) = serve(HttpState {
+            settings: ctx.settings.clone(),
+            pool: ctx.pool.clone(),
+            metrics: ctx.metrics.clone(),
+            node_id: ctx.node_id.clone(),
+        })?;
+        Ok(Box::new(Admin { addr, handle }) as Box<dyn crate::node::Surface>)
+    })
+}
+
+/// A running admin endpoint.
+struct Admin {
+    addr: SocketAddr,
+    handle: ServerHandle,
+}
+
+impl crate::node::Surface for Admin {
+    fn addr(&self) -> Option<SocketAddr> {
+        Some(self.addr)
+    }
+    fn stop(&self) -> futures_util::future::LocalBoxFuture<'_, ()> {
+        Box::pin(self.handle.stop(true))
+    }
+}
+
 /// Binds and starts the server on the current actix system. Returns the bound address (useful
 /// with port 0) and a handle to stop it.
 pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {

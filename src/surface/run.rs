@@ -21,7 +21,7 @@ pub async fn run(
 ) -> Result<()> {
     let node = Node::builder(settings, builder);
     #[cfg(feature = "http")]
-    let node = node.with_http();
+    let node = node.surface(crate::surface::http::admin());
     let node = node.start().await?;
     tracing::info!(node_id = %node.node_id(), "briefrail is running");
     shutdown.await;
