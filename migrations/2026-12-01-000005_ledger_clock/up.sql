@@ -39,13 +39,16 @@ CREATE TABLE ops.ledger_clock (
 );
 
 -- The ledger's now(): the transaction's start on the database clock, plus the offset.
-CREATE OR REPLACE FUNCTION ops.now() RETURNS timestamptz LANGUAGE sql STABLE AS $$
+-- COST 1 (these three): each is one lookup, but a SQL function with a sub-select is not
+-- inlined and costs 100 by default, which pushed reconcile's plan over jit_above_cost on a
+-- million-row table: 10-40 ms of JIT for a 1 ms statement (measured with briefrail-bench).
+CREATE OR REPLACE FUNCTION ops.now() RETURNS timestamptz LANGUAGE sql STABLE COST 1 AS $$
     SELECT now()
            + make_interval(secs => coalesce((SELECT c.offset_seconds FROM ops.ledger_clock c), 0))
 $$;
 
 -- The ledger's clock_timestamp(): the database clock at this instant, plus the offset.
-CREATE OR REPLACE FUNCTION ops.clock() RETURNS timestamptz LANGUAGE sql VOLATILE AS $$
+CREATE OR REPLACE FUNCTION ops.clock() RETURNS timestamptz LANGUAGE sql VOLATILE COST 1 AS $$
     SELECT clock_timestamp()
            + make_interval(secs => coalesce((SELECT c.offset_seconds FROM ops.ledger_clock c), 0))
 $$;
@@ -95,7 +98,7 @@ CREATE OR REPLACE FUNCTION ops.cluster_id() RETURNS bigint LANGUAGE sql STABLE A
 $$;
 
 -- Whether the record says the matter is archived. The rail builds no archived matter.
-CREATE OR REPLACE FUNCTION ops.is_archived(p_firm uuid, p_matter uuid) RETURNS boolean LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION ops.is_archived(p_firm uuid, p_matter uuid) RETURNS boolean LANGUAGE sql STABLE COST 1 AS $$
     SELECT EXISTS (SELECT 1 FROM record.matters m
                     WHERE m.firm_id = p_firm AND m.matter_id = p_matter AND m.archived_at IS NOT NULL)
 $$;
