@@ -117,45 +117,20 @@ impl NodeBuilder {
         opts.metrics = self.metrics.clone();
         opts.sweeper = self.periodic_sweeper;
         let actors = Actors::start(settings.clone(), pool.clone(), opts);
-        let transport = if self.transport {
-            let started = transport::start(
-                &settings,
-                pool.clone(),
-                self.metrics.clone(),
-                actors.nudges(),
-            )
-            .await;
-            match started {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    actors.drain(Duration::ZERO).await;
-                    return Err(e);
-                }
-            }
-        } else {
-            None
-        };
-        let mut surfaces = Vec::new();
-        for start in self.surfaces {
-            match start(&actors.context) {
-                Ok(surface) => surfaces.push(surface),
-                Err(e) => {
-                    if let Some(t) = &transport {
-                        t.stop().await;
-                    }
-                    actors.drain(Duration::ZERO).await;
-                    return Err(e);
-                }
-            }
-        }
-        tracing::info!(node_id = %actors.context.node_id, transport = ?settings.transport.kind,
-                       with_transport = transport.is_some(), "node started");
-        Ok(Node {
+        let mut node = Node {
             settings,
             actors,
-            transport,
-            surfaces,
-        })
+            transport: None,
+            surfaces: Vec::new(),
+        };
+        // Whatever fails to start, what did start is stopped by the one shutdown.
+        if let Err(e) = node.attach(self.transport, self.surfaces).await {
+            node.shutdown_within(Duration::ZERO).await;
+            return Err(e);
+        }
+        tracing::info!(node_id = %node.node_id(), transport = ?node.settings.transport.kind,
+                       with_transport = node.transport.is_some(), "node started");
+        Ok(node)
     }
 }
 
@@ -168,6 +143,26 @@ pub struct Node {
 }
 
 impl Node {
+    /// Starts the transport (when asked) and the surfaces, in that order, on running actors.
+    async fn attach(&mut self, transport: bool, surfaces: Vec<StartSurface>) -> Result<()> {
+        if transport {
+            let ctx = &self.actors.context;
+            let t = transport::start(
+                &self.settings,
+                ctx.pool.clone(),
+                ctx.metrics.clone(),
+                self.actors.nudges(),
+            )
+            .await?;
+            self.transport = Some(t);
+        }
+        for start in surfaces {
+            let surface = start(&self.actors.context)?;
+            self.surfaces.push(surface);
+        }
+        Ok(())
+    }
+
     /// A node with these settings, building with `builder`.
     pub fn builder(settings: Arc<Settings>, builder: Arc<dyn Builder>) -> NodeBuilder {
         NodeBuilder {
