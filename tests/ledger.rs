@@ -13,7 +13,7 @@ use briefrail::ledger::transitions::{
 };
 use briefrail::ledger::{Claim, facts, reads};
 use briefrail::testing::TestDb;
-use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde_json::json;
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -1475,5 +1475,72 @@ async fn a_retry_after_a_landed_attempt_recovers_its_follow_up_claim() {
     assert!(
         matches!(stranger, Err(Error::Fenced { .. })),
         "{stranger:?}"
+    );
+}
+
+/// Catalogue row 13, the lease boundary: a claim with a 60 s lease is not reclaimable one
+/// second before its deadline (neither swept nor claimed over), and is one second after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_reclaimable_only_after_its_deadline() {
+    let db = TestDb::new(4).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.expect("conn");
+    t::demand(&mut c, firm, matter).await.expect("demand");
+    let holder = t::claim(&mut c, &req(firm, matter, Duration::from_secs(60)))
+        .await
+        .expect("claim")
+        .expect("free");
+    db.advance_ledger_clock(Duration::from_secs(59))
+        .await
+        .unwrap();
+    assert!(
+        t::sweep(&mut c, 100).await.expect("sweep").is_empty(),
+        "swept one second before the deadline"
+    );
+    t::demand(&mut c, firm, matter).await.expect("demand");
+    assert!(
+        t::claim(&mut c, &req(firm, matter, long()))
+            .await
+            .expect("claim")
+            .is_none(),
+        "claimed over a live lease one second before its deadline"
+    );
+    db.advance_ledger_clock(Duration::from_secs(2))
+        .await
+        .unwrap();
+    let swept = t::sweep(&mut c, 100).await.expect("sweep");
+    assert_eq!(
+        swept.iter().map(|s| s.1).collect::<Vec<_>>(),
+        vec![holder.token],
+        "one second after the deadline the claim is swept"
+    );
+}
+
+/// Catalogue row 15, a stale `now()`: `now()` is the start of the transaction, so a claim made
+/// late in a long transaction would write a deadline already in the past. The ledger writes
+/// deadlines from the statement's clock: a claim with a 1 s lease inside a transaction that
+/// began 1.5 s earlier is not expired when it commits. (The sleep is the transaction's age,
+/// which no clock offset can fake.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_late_in_a_long_transaction_is_not_born_expired() {
+    let db = TestDb::new(4).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.expect("conn");
+    t::demand(&mut c, firm, matter).await.expect("demand");
+    let request = req(firm, matter, Duration::from_secs(1));
+    let claim = c
+        .transaction(async |tx| {
+            tx.batch_execute("SELECT now(); SELECT pg_sleep(1.5)")
+                .await?;
+            t::claim(tx, &request).await
+        })
+        .await
+        .expect("claim")
+        .expect("free");
+    let mut other = db.pool.get().await.expect("conn");
+    assert!(
+        t::sweep(&mut other, 100).await.expect("sweep").is_empty(),
+        "token {} was swept the moment it committed: its deadline came from the transaction's start",
+        claim.token
     );
 }

@@ -125,8 +125,12 @@ async fn schema_rs_matches_the_migrations() {
     );
 }
 
-/// The one migration that holds every live statement of the ledger in full.
+/// The one migration that holds every live statement of the ledger in full...
 const LIVE_HOME: &str = "migrations/2026-12-01-000005_ledger_clock/up.sql";
+/// ...and the later ones, each the live home of the functions it names in its header (it
+/// redefines them in full); a function's last definition is the one that runs.
+const LATER_HOMES: [&str; 1] =
+    ["migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql"];
 
 /// The `(name, body)` of every `CREATE OR REPLACE FUNCTION ops.<name>(` in `sql`, the body being
 /// the text between its dollar quotes (what Postgres keeps as `pg_proc.prosrc`).
@@ -197,11 +201,31 @@ async fn every_function_of_ops_is_defined_in_full_in_the_live_home() {
     );
     let defined = defined_functions(&sql);
     let mut in_file = BTreeMap::new();
+    let mut home: BTreeMap<String, &str> = BTreeMap::new();
     for (name, body) in &defined {
         assert!(
-            in_file.insert(name.as_str(), body.as_str()).is_none(),
+            in_file.insert(name.clone(), body.clone()).is_none(),
             "{LIVE_HOME} defines ops.{name} twice"
         );
+        home.insert(name.clone(), LIVE_HOME);
+    }
+    for later in LATER_HOMES {
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(later))
+                .expect("read a later live home");
+        let header: String = text
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        for (name, body) in defined_functions(&text) {
+            assert!(
+                header.contains(&format!("ops.{name}")) && header.contains("THE LIVE HOME OF"),
+                "{later} redefines ops.{name} without naming it in its header as a function it is the live home of"
+            );
+            in_file.insert(name.clone(), body);
+            home.insert(name, later);
+        }
     }
 
     let db = TestDb::new(1).await.expect("test db");
@@ -219,15 +243,17 @@ async fn every_function_of_ops_is_defined_in_full_in_the_live_home() {
         .map(|f| (f.name.as_str(), f.body.as_str()))
         .collect();
     assert_eq!(
-        live.keys().collect::<Vec<_>>(),
-        in_file.keys().collect::<Vec<_>>(),
-        "the functions of schema ops in a migrated database and those {LIVE_HOME} defines"
+        live.keys().copied().collect::<Vec<_>>(),
+        in_file.keys().map(String::as_str).collect::<Vec<_>>(),
+        "the functions of schema ops in a migrated database and those the live homes define"
     );
     for (name, body) in &live {
         assert_eq!(
-            body, &in_file[name],
-            "ops.{name} runs a body other than the one in {LIVE_HOME}: a later migration \
-             redefined it; define it in full in the live home"
+            *body,
+            in_file[*name].as_str(),
+            "ops.{name} runs a body other than the one in {}: a later migration \
+             redefined it; define it in full in a live home",
+            home[*name]
         );
     }
 
