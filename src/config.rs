@@ -330,16 +330,25 @@ impl Settings {
         }
     }
 
-    /// `transport.amqp_url` is an `amqp(s)://` URL; `transport.prefix` is a safe queue-name
-    /// prefix.
+    /// `transport.amqp_url` is one `amqp(s)://` URL, or several separated by commas (the
+    /// members of a cluster); `transport.prefix` is a safe queue-name prefix.
     fn validate_transport(&self) -> Result<(), ConfigError> {
-        let amqp = url::Url::parse(self.transport.amqp_url.expose())
-            .map_err(|e| ConfigError::new("transport.amqp_url", format!("not a URL: {e}")))?;
-        if !matches!(amqp.scheme(), "amqp" | "amqps") {
-            return Err(ConfigError::new(
-                "transport.amqp_url",
-                "scheme must be amqp:// or amqps://",
-            ));
+        let listed = self.transport.amqp_url.members();
+        for (i, member) in listed.iter().enumerate() {
+            let which = if listed.len() > 1 {
+                format!("member {} of the list: ", i + 1)
+            } else {
+                String::new()
+            };
+            let amqp = url::Url::parse(member.expose()).map_err(|e| {
+                ConfigError::new("transport.amqp_url", format!("{which}not a URL: {e}"))
+            })?;
+            if !matches!(amqp.scheme(), "amqp" | "amqps") {
+                return Err(ConfigError::new(
+                    "transport.amqp_url",
+                    format!("{which}scheme must be amqp:// or amqps://"),
+                ));
+            }
         }
         if self.transport.prefix.is_empty()
             || !self
@@ -500,6 +509,30 @@ mod tests {
             let e = Settings::load_with_env(None, env(&[(k, v)])).expect_err(k);
             assert_eq!(e.key, key, "{k}={v}: {e}");
         }
+    }
+
+    #[test]
+    fn a_broker_cluster_is_a_comma_separated_list_each_member_checked() {
+        let s = Settings::load_with_env(
+            None,
+            env(&[(
+                "BRIEFRAIL__TRANSPORT__AMQP_URL",
+                "amqp://guest:pw@10.0.0.1:5672/%2f, amqp://guest:pw@10.0.0.2:5672/%2f",
+            )]),
+        )
+        .expect("two members");
+        assert_eq!(s.transport.amqp_url.members().len(), 2);
+        let e = Settings::load_with_env(
+            None,
+            env(&[(
+                "BRIEFRAIL__TRANSPORT__AMQP_URL",
+                "amqp://guest:s3cr3t@10.0.0.1/%2f,http://guest:s3cr3t@10.0.0.2/",
+            )]),
+        )
+        .expect_err("the second member is not amqp");
+        assert_eq!(e.key, "transport.amqp_url");
+        assert!(e.to_string().contains("member 2"), "{e}");
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
     }
 
     #[test]

@@ -15,6 +15,22 @@ impl SecretUrl {
     pub fn new(url: impl Into<String>) -> Self {
         Self(url.into())
     }
+    /// The URLs of a comma-separated list (the members of a broker cluster), in order; a
+    /// single URL is a list of one.
+    pub fn members(&self) -> Vec<SecretUrl> {
+        let members: Vec<SecretUrl> = self
+            .0
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(SecretUrl::new)
+            .collect();
+        if members.is_empty() {
+            vec![self.clone()]
+        } else {
+            members
+        }
+    }
     /// The raw URL, for handing to a connection library. Never log the result.
     pub fn expose(&self) -> &str {
         &self.0

@@ -792,3 +792,26 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
 async fn every_planted_bug_fails_a_guarantee_test() {
     common::mutations::assert_caught("transport").await;
 }
+
+/// A cluster's members listed in `transport.amqp_url`: a member that does not answer is passed
+/// over, and successive connections start at successive members (a session that lost its
+/// broker reconnects to a survivor). None answering is a broker error naming no password.
+#[actix_rt::test]
+async fn a_listed_member_that_does_not_answer_is_passed_over() {
+    // Port 9 (discard) refuses on loopback: a member that is down.
+    let down = "amqp://guest:guest@127.0.0.1:9/%2f";
+    let list = SecretUrl::new(format!("{down},{AMQP_URL}"));
+    for _ in 0..3 {
+        let conn = amqp::connect(&list, "briefrail-test-failover")
+            .await
+            .expect("the live member answers whichever member is tried first");
+        conn.close(200, "done".into()).await.unwrap();
+    }
+    let dead =
+        SecretUrl::new("amqp://guest:s3cr3t@127.0.0.1:9/%2f,amqp://guest:s3cr3t@127.0.0.1:7/%2f");
+    let e = amqp::connect(&dead, "briefrail-test-failover")
+        .await
+        .expect_err("no member answers");
+    assert_eq!(e.kind(), briefrail::error::ErrorKind::Transient, "{e}");
+    assert!(!briefrail::error::report(&e).contains("s3cr3t"), "{e}");
+}

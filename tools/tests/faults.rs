@@ -1,7 +1,8 @@
 //! The short configuration of the multi-process fault suite (`briefrail-faults`): three real
 //! nodes, a seeded schedule of bursts and faults, every invariant checked over the tables.
-//! It stops RabbitMQ's app, so it is the only test in this binary: cargo runs test binaries one
-//! at a time, never beside the parallel suite. The harness restarts the broker on every exit.
+//! It runs its own Postgres cluster and its own 3-node RabbitMQ cluster (the machine's are never
+//! touched), and it is the only test in this binary: cargo runs test binaries one at a time, so
+//! its load never competes with the parallel suite.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,6 +55,37 @@ fn newest_source(paths: &[PathBuf]) -> SystemTime {
     newest
 }
 
+/// Every fault kind the suite must inject, by the name its summary prints (catalogue rows in
+/// `../shared/design/FAULTS.md`; the README maps each row to what covers it).
+const KINDS: [&str; 26] = [
+    "sigstop-past-lease",
+    "stall-before-commit",
+    "kill-mid-build",
+    "kill-after-commit",
+    "db-partition",
+    "commit-answer-lost",
+    "backend-kill",
+    "db-restart",
+    "wide-load",
+    "clock-skew",
+    "relay-crash",
+    "broker-down",
+    "broker-connections-closed",
+    "memory-alarm",
+    "unroutable",
+    "duplicate-delivery",
+    "queue-purge",
+    "malformed-message",
+    "forged-nudge",
+    "logical-move",
+    "refused-frame",
+    "broker-leader-kill",
+    "broker-leader-pause",
+    "broker-rolling-restart",
+    "pool-exhaustion",
+    "mixed-leases",
+];
+
 #[test]
 fn the_short_fault_schedule_keeps_every_invariant() {
     let binary = node_binary();
@@ -63,32 +95,32 @@ fn the_short_fault_schedule_keeps_every_invariant() {
         .output()
         .expect("run briefrail-faults");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // Whatever happened, the broker must answer again for the tests that follow.
-    let _ = Command::new("rabbitmqctl").arg("start_app").output();
     assert!(
         out.status.success(),
-        "fault suite failed:\n{stdout}\n{}",
+        "fault suite failed ({}):\n{stdout}\n{}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("all invariants held"), "{stdout}");
-    for fault in [
-        "SIGSTOP",
-        "kill -9",
-        "stop_app",
-        "pg_terminate_backend",
-        "published again",
-        "purged",
-        "memory alarm",
-    ] {
-        assert!(
-            stdout.contains(fault),
-            "fault {fault:?} was not injected:\n{stdout}"
-        );
-    }
     assert!(!stdout.contains("DID NOT LAND"), "{stdout}");
-    assert!(
-        stdout.contains("✓ every scheduled fault took effect"),
-        "{stdout}"
+    assert!(!stdout.contains('✗'), "{stdout}");
+    for kind in KINDS {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("fault {kind}: ")))
+            .unwrap_or_else(|| panic!("no summary line for fault {kind}:\n{stdout}"));
+        let n: usize = line
+            .trim_start_matches(&format!("fault {kind}: "))
+            .trim_end_matches(" injected")
+            .parse()
+            .unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert!(n >= 1, "fault {kind} was never injected:\n{stdout}");
+    }
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("fault ")).count(),
+        KINDS.len(),
+        "the summary lists a fault kind this test does not know:\n{stdout}"
     );
-    assert_eq!(stdout.matches('✓').count(), 8, "{stdout}");
+    assert!(stdout.contains("✓ every fault took effect"), "{stdout}");
+    assert!(stdout.matches('✓').count() >= 15, "{stdout}");
 }

@@ -27,14 +27,36 @@ use crate::secret::SecretUrl;
 pub use topology::Topology;
 
 /// Opens a connection to the broker. Errors never carry the password.
+///
+/// `url` may list several members of a RabbitMQ cluster separated by commas (as
+/// `transport.amqp_url = "amqp://h1/%2f,amqp://h2/%2f"`). Each call starts one member further
+/// along the list than the last call of this process, and tries each member once: a session
+/// that lost its broker reconnects to a survivor instead of waiting for the member it lost.
 pub async fn connect(url: &SecretUrl, name: &str) -> Result<lapin::Connection> {
-    // No automatic recovery: our sessions reconnect themselves and re-read the ledger, which
-    // is the truth; a transparently recovered channel could hide lost confirms.
-    let props = lapin::ConnectionProperties::default().with_connection_name(name.to_owned().into());
-    lapin::Connection::connect(url.expose(), props)
-        .await
-        .map_err(Error::from)
+    let members = url.members();
+    let first = NEXT_MEMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut last = None;
+    for k in 0..members.len() {
+        let member = &members[(first + k) % members.len()];
+        // No automatic recovery: our sessions reconnect themselves and re-read the ledger,
+        // which is the truth; a transparently recovered channel could hide lost confirms.
+        let props =
+            lapin::ConnectionProperties::default().with_connection_name(name.to_owned().into());
+        match lapin::Connection::connect(member.expose(), props).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => {
+                if members.len() > 1 {
+                    tracing::warn!(broker = %member, error = %crate::secret::redact_urls(&e.to_string()), "broker member did not answer; trying the next");
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(Error::from(last.expect("a URL list has a member")))
 }
+
+/// Which member the next connection of this process tries first.
+static NEXT_MEMBER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 pub(crate) fn broker(e: lapin::Error) -> Error {
     Error::from(e)
