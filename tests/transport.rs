@@ -517,12 +517,13 @@ async fn the_postgres_transport_applies_each_event_once_and_survives_late_commit
     );
 }
 
+/// A demand that cannot be recorded for a while (its job row is locked by a stuck transaction,
+/// so every attempt fails the same transient way) is retried in place, with backoff: it is not
+/// requeued toward the quorum queue's delivery limit, never reaches the dead-letter queue (that
+/// is for input nobody may believe), and lands once the lock is gone.
 #[actix_rt::test]
-async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconciliation_serves_the_matter()
- {
-    let mut r = rig(Duration::from_secs(3)).await;
-    // The consumer's connections give up on a row lock after 150 ms: a demand whose job row is
-    // held by a stuck transaction fails the same transient way on every delivery.
+async fn a_demand_that_cannot_be_recorded_yet_is_retried_in_place_and_never_dead_lettered() {
+    let mut r = rig(Duration::from_secs(600)).await;
     let mut o = briefrail::db::PoolOptions::new(r.db.url.clone()).size(4);
     o.lock_timeout = Duration::from_millis(150);
     r.opts.pool = briefrail::db::connect(&o).await.unwrap();
@@ -545,10 +546,73 @@ async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconcil
     facts::request_brief(&mut c, firm, matter).await.unwrap();
     let _relay = Relay::new(r.opts.clone()).start();
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
-    // Requeued until the quorum queue's delivery limit, then dead-lettered by the broker.
+    // Longer than DELIVERY_LIMIT requeues would take: a requeueing consumer has the broker
+    // dead-letter the message by now.
+    let limit = briefrail::transport::amqp::topology::DELIVERY_LIMIT as u64;
+    tokio::time::sleep(Duration::from_millis(700 * (limit + 2))).await;
+    let ch = channel().await;
+    let dead = ch
+        .basic_get(
+            r.scope.topology.dead_queue.as_str().into(),
+            BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap();
+    assert!(
+        dead.is_none(),
+        "a valid message was dead-lettered because the database said wait: {:?}",
+        dead.map(|d| d.delivery.properties.headers().clone())
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the held delivery to record its demand once the lock is gone",
+        || async { served(&r.db, firm, matter).await.then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        get(&r.opts.metrics.counters.events_republished),
+        0,
+        "served from the delivery itself, not from reconciliation"
+    );
+}
+
+/// Catalogue row 22: a message whose consumer dies on it every time (here: a consumer that
+/// takes it and closes its channel without an answer, DELIVERY_LIMIT + 1 times) is moved to the
+/// dead-letter exchange by the broker; the matter is still served, from the ledger, by
+/// reconciliation.
+#[actix_rt::test]
+async fn a_message_whose_consumer_keeps_dying_reaches_the_dead_letter_queue_and_reconciliation_serves_the_matter()
+ {
+    let r = rig(Duration::from_secs(3)).await;
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Poison v. Pill")
+        .await
+        .unwrap();
+    let _relay = Relay::new(r.opts.clone()).start();
+    let conn = amqp::connect(&SecretUrl::new(AMQP_URL), "test-dying-consumer")
+        .await
+        .unwrap();
+    let limit = briefrail::transport::amqp::topology::DELIVERY_LIMIT;
+    for death in 0..=limit {
+        let ch = conn.create_channel().await.unwrap();
+        let got = eventually(Duration::from_secs(10), "the message again", || async {
+            ch.basic_get(
+                r.scope.topology.trigger_queue.as_str().into(),
+                BasicGetOptions { no_ack: false },
+            )
+            .await
+            .unwrap()
+        })
+        .await;
+        assert_eq!(got.delivery.redelivered, death > 0);
+        // The consumer dies: its channel goes away with the message unanswered.
+        ch.close(200, "dying".into()).await.unwrap();
+    }
     let ch = channel().await;
     let dead = eventually(
-        Duration::from_secs(60),
+        Duration::from_secs(20),
         "the broker to dead-letter the message",
         || async {
             ch.basic_get(
@@ -571,8 +635,7 @@ async fn a_message_that_keeps_failing_reaches_the_dead_letter_queue_and_reconcil
             || headers.inner().contains_key("x-first-death-reason"),
         "dead-lettered by the broker: {headers:?}"
     );
-    // The stuck transaction ends; reconciliation republishes the event and the matter is served.
-    holder.batch_execute("ROLLBACK").await.unwrap();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     eventually(
         Duration::from_secs(60),
         "reconciliation to serve the matter",

@@ -130,7 +130,7 @@ async fn consume(
     d: &Delivery,
     envelope: &EventEnvelope,
 ) -> Result<()> {
-    match apply(opts, envelope).await {
+    match apply_when_possible(opts, envelope).await {
         Ok(Applied::Refused(reason)) => {
             // The ledger does not confirm this message: nothing changed; keep it for a person.
             Metrics::inc(&opts.metrics.counters.nudges_refused);
@@ -173,13 +173,31 @@ async fn consume(
             }
             Ok(())
         }
-        Err(e) if e.is_permanent() => dead_letter(opts, dead, d, &e.to_string()).await,
-        Err(e) => {
-            // The database is unreachable: back off, then give the message back. Backing off
-            // before the nack keeps a down database from turning into a redelivery storm.
-            tracing::warn!(error = %e, "cannot record the demand; requeueing");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            requeue(d).await
+        // Only a permanent error reaches here (apply_when_possible retries the others).
+        Err(e) => dead_letter(opts, dead, d, &e.to_string()).await,
+    }
+}
+
+/// Applies the delivery, retrying in place (backing off up to 5 s) for as long as the database
+/// answers "not now" (unreachable, a pool timeout, a lock timeout, a serialization failure).
+/// The delivery stays unacknowledged meanwhile, so nothing is lost if this node dies, and it is
+/// never requeued for a transient reason: the quorum queue's delivery limit counts only
+/// consumers that died on the message, and the dead-letter queue holds only input nobody may
+/// believe. Returns `Ok` or a permanent error.
+async fn apply_when_possible(opts: &AmqpOptions, e: &EventEnvelope) -> Result<Applied> {
+    let mut delays = crate::backoff::delays(Duration::from_millis(250), Duration::from_secs(5));
+    let mut attempts = 0u32;
+    loop {
+        match apply(opts, e).await {
+            Err(err) if !err.is_permanent() => {
+                attempts += 1;
+                // The first failure and then every tenth: a long outage does not flood the log.
+                if attempts == 1 || attempts % 10 == 0 {
+                    tracing::warn!(error = %err, attempts, "cannot record the demand yet; retrying in place");
+                }
+                tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(5))).await;
+            }
+            other => return other,
         }
     }
 }
