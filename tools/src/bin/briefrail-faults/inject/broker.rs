@@ -84,6 +84,8 @@ pub async fn leader_pause(w: &mut World) -> Result<String, String> {
     let recorded = w.demand(m, 10).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     w.broker.resume(leader).await?;
+    // A member paused past the net tick comes back partitioned; autoheal restarts its app.
+    w.broker.wait_clustered().await?;
     recorded?;
     Ok(format!(
         "SIGSTOP of broker member {leader} ({}), leader of the trigger queue, for 5 s",
