@@ -11,7 +11,7 @@ use crate::world::World;
 
 pub struct Verdict {
     pub name: &'static str,
-    pub rows: &'static [u8],
+    pub rows: Vec<u8>,
     pub checked: i64,
     pub violations: Vec<String>,
 }
@@ -37,7 +37,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
     let mut v = vec![
         Verdict {
             name: "I1 every frame's generation is the token of a run recorded landed",
-            rows: &[1, 3, 5, 7, 29],
+            rows: vec![1, 3, 5, 7, 29],
             checked: frames,
             violations: w.lines(
                 "SELECT format('matter %s: frame %s has run outcome %s', f.matter_id, f.generation, coalesce(r.outcome, 'none')) AS what
@@ -47,7 +47,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "I1 no fenced or lease_expired run has a frame",
-            rows: &[1, 2, 5, 6],
+            rows: vec![1, 2, 5, 6],
             checked: runs,
             violations: w.lines(
                 "SELECT format('matter %s: %s run token %s has a frame', r.matter_id, r.outcome, r.token) AS what
@@ -57,7 +57,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "I1 frames of each matter land in increasing generation order",
-            rows: &[1],
+            rows: vec![1],
             checked: frames,
             violations: w.lines(
                 "SELECT format('matter %s: frame %s landed after frame %s', matter_id, generation, prev) AS what FROM (
@@ -66,7 +66,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "I2 no token number served to two claims that both landed",
-            rows: &[2, 7, 29],
+            rows: vec![2, 7, 29],
             checked: runs,
             violations: w.lines(
                 "SELECT format('matter %s: token %s landed by %s runs', matter_id, token, count(DISTINCT run_id)) AS what
@@ -75,7 +75,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "I3 every matter's landed_generation caught up with requested_generation",
-            rows: &[3, 4, 8, 9, 22, 30, 33],
+            rows: vec![3, 4, 8, 9, 22, 30, 33],
             checked: jobs,
             violations: w.lines(
                 "SELECT format('matter %s: %s, requested %s, landed %s, failures %s', matter_id, run_status, requested_generation, landed_generation, consecutive_failures) AS what
@@ -83,7 +83,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "no run left running without a live claim",
-            rows: &[3, 8, 33],
+            rows: vec![3, 8, 33],
             checked: runs,
             violations: w.lines(
                 "SELECT format('matter %s: run %s (token %s, %s) still running', r.matter_id, r.run_id, r.token, r.node_id) AS what
@@ -95,7 +95,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "I4 every outbox row published",
-            rows: &[18, 19, 20, 21],
+            rows: vec![18, 19, 20, 21],
             checked: events,
             violations: w.lines(
                 "SELECT format('event %s (%s, seq %s) unpublished: %s', event_id, event_name, seq, coalesce(last_error, '')) AS what
@@ -103,7 +103,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "I5 every event consumed once in effect",
-            rows: &[18, 23, 24],
+            rows: vec![18, 23, 24],
             checked: events,
             violations: w.lines(
                 "SELECT format('event %s (%s) consumed %s times', o.event_id, o.event_name, count(c.event_id)) AS what
@@ -112,7 +112,7 @@ pub async fn check_all(w: &World, dead: &[DeadLetter], stranded: Vec<String>) ->
         },
         Verdict {
             name: "no message stranded in the trigger queue",
-            rows: &[19, 32],
+            rows: vec![19, 32],
             checked: 1,
             violations: stranded,
         },
@@ -192,7 +192,7 @@ async fn builds_per_burst(w: &World) -> Verdict {
     );
     Verdict {
         name: "I6 builds per burst at most two, plus one per build a fault cost",
-        rows: &[9, 10],
+        rows: vec![9, 10],
         checked: w.bursts.len() as i64,
         violations: over,
     }
@@ -237,7 +237,7 @@ fn dead_letters(w: &World, dead: &[DeadLetter]) -> Verdict {
     }
     Verdict {
         name: "I7 dead letters only for malformed or forged input, each of it dead-lettered",
-        rows: &[22, 25, 27, 28],
+        rows: vec![22, 25, 27, 28],
         checked: dead.len() as i64,
         violations,
     }
@@ -281,7 +281,7 @@ async fn lease_expiries(w: &World) -> Verdict {
     println!("lease expiries, by the fault that explains them: {by:?}");
     Verdict {
         name: "lease expiries only under a fault on the holder",
-        rows: &[5, 14, 16, 31],
+        rows: vec![5, 14, 16, 31],
         checked: rows.len() as i64,
         violations,
     }
@@ -302,7 +302,7 @@ async fn lost_claims(w: &World) -> Verdict {
     }
     Verdict {
         name: "no claim of the lost past landed after the move",
-        rows: &[28, 29],
+        rows: vec![28, 29],
         checked: w.lost.tokens.len() as i64,
         violations,
     }
@@ -322,7 +322,7 @@ fn deadlocks(w: &World) -> Verdict {
     }
     Verdict {
         name: "Postgres reports no deadlock",
-        rows: &[11, 16],
+        rows: vec![11, 16],
         checked: w.clusters.len() as i64,
         violations,
     }

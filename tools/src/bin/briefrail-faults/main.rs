@@ -101,9 +101,16 @@ async fn run(args: Args) -> Result<bool, String> {
     let dead = setup::drain_dead_letters(&w).await?;
     let stranded = setup::stranded(&w).await;
     let mut verdicts = invariants::check_all(&w, &dead, stranded).await;
+    let mut missed: Vec<u8> = w
+        .missed
+        .iter()
+        .flat_map(|f| f.rows().iter().copied())
+        .collect();
+    missed.sort();
+    missed.dedup();
     verdicts.push(Verdict {
         name: "every fault took effect",
-        rows: &[],
+        rows: missed,
         checked: (w.injected.values().map(Vec::len).sum::<usize>() + w.not_landed.len()) as i64,
         violations: w.not_landed.clone(),
     });
@@ -184,7 +191,7 @@ fn report(w: &World, verdicts: &[Verdict], dead: &[DeadLetter]) -> bool {
             println!("      {x}");
         }
         if !v.violations.is_empty() {
-            rows.extend_from_slice(v.rows);
+            rows.extend_from_slice(&v.rows);
         }
     }
     let fenced = w.lost.runs.len();

@@ -132,6 +132,7 @@ pub async fn world(args: &Args) -> Result<World, String> {
         windows: Vec::new(),
         injected: BTreeMap::new(),
         not_landed: Vec::new(),
+        missed: Vec::new(),
         bursts: Vec::new(),
         demands_total: 0,
         messages: Vec::new(),

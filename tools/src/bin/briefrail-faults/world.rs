@@ -64,6 +64,8 @@ pub struct World {
     pub windows: Vec<Window>,
     pub injected: BTreeMap<Fault, Vec<String>>,
     pub not_landed: Vec<String>,
+    /// The kinds of the faults that did not land (their rows go into the verdict).
+    pub missed: Vec<Fault>,
     pub bursts: Vec<(Uuid, DateTime<Utc>)>,
     pub demands_total: usize,
     pub messages: Vec<Injected>,

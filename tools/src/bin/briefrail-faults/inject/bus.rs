@@ -93,17 +93,22 @@ pub async fn purge(w: &mut World) -> Result<String, String> {
 pub async fn unroutable(w: &mut World) -> Result<String, String> {
     let t = Topology::new(&w.prefix);
     let (conn, ch) = channel(w).await?;
-    ch.queue_unbind(
-        t.trigger_queue.as_str().into(),
-        t.events_exchange.as_str().into(),
-        "#".into(),
-        FieldTable::default(),
-    )
-    .await
-    .map_err(|e| format!("unbind: {e}"))?;
+    let unbind = async |ch: &Channel| {
+        ch.queue_unbind(
+            t.trigger_queue.as_str().into(),
+            t.events_exchange.as_str().into(),
+            "#".into(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("unbind: {e}"))
+    };
+    unbind(&ch).await?;
     let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
     let recorded = w.demand(m, 20).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // A consumer that (re)connects declares the topology again, binding the queue back: the
+    // queue is unbound again every half second until a publish comes back.
+    let deadline = Instant::now() + Duration::from_secs(20);
     let returned = loop {
         let n = w
             .count(
@@ -114,14 +119,15 @@ pub async fn unroutable(w: &mut World) -> Result<String, String> {
         if n > 0 || Instant::now() > deadline {
             break n;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        unbind(&ch).await?;
     };
     let rebound = t.declare(&ch).await;
     let _ = conn.close(200, "done".into()).await;
     recorded?;
     rebound.map_err(|e| format!("the trigger queue could not be bound again: {e}"))?;
     if returned <= 0 {
-        return Err("no publish came back unroutable within 10 s of the unbind".into());
+        return Err("no publish came back unroutable within 20 s of the unbind".into());
     }
     Ok(format!(
         "trigger queue unbound: {returned} events returned unroutable and kept, then bound again"

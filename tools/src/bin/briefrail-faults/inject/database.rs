@@ -88,13 +88,24 @@ pub async fn commit_answer_lost(w: &mut World) -> Result<String, String> {
 /// Row 8: every briefrail connection of the ledger terminated at once.
 pub async fn backend_kill(w: &mut World) -> Result<String, String> {
     let from = w.db_now().await;
-    let n = w
-        .count(
-            "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity
-              WHERE application_name = 'briefrail' AND pid <> pg_backend_pid()
-                AND datname = current_database()) x WHERE t",
-        )
-        .await;
+    // Right after a restart or a move the nodes may hold no connection yet: demands bring
+    // them back, and the kill is tried again for up to ten seconds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let n = loop {
+        let n = w
+            .count(
+                "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity
+                  WHERE application_name = 'briefrail' AND pid <> pg_backend_pid()
+                    AND datname = current_database()) x WHERE t",
+            )
+            .await;
+        if n > 0 || Instant::now() > deadline {
+            break n;
+        }
+        let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+        w.demand(m, 1).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     w.window(Fault::BackendKill, None, from).await;
     if n <= 0 {
         return Err("no briefrail connection was terminated".into());
