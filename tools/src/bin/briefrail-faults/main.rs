@@ -51,13 +51,27 @@ pub struct Args {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
-    let code = match run(args).await {
-        Ok(true) => 0,
-        Ok(false) => 1,
-        Err(e) => {
-            println!("briefrail-faults cannot run: {e}");
-            eprintln!("briefrail-faults cannot run: {e}");
-            2
+    // Interrupted (Ctrl-C, SIGTERM), the run's future is dropped, and with it the world: the
+    // nodes are killed and both private clusters stopped, nothing left running.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    let code = tokio::select! {
+        r = run(args) => match r {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                println!("briefrail-faults cannot run: {e}");
+                eprintln!("briefrail-faults cannot run: {e}");
+                2
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("briefrail-faults: interrupted; nodes and clusters stopped");
+            130
+        }
+        _ = term.recv() => {
+            eprintln!("briefrail-faults: terminated; nodes and clusters stopped");
+            143
         }
     };
     std::process::exit(code);
