@@ -1,5 +1,6 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
-//! (`migrations/…000005_ledger_clock/up.sql`, the live home of every function of `ops`), and
+//! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000006` for
+//! `ops.claim` and `ops.heartbeat`), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -24,16 +25,30 @@ pub struct Mutation {
     pub killers: &'static [&'static str],
 }
 
-fn live_sql() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations/2026-12-01-000005_ledger_clock/up.sql");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+/// The live homes, newest first: a function's live text is its definition in the first that
+/// has one (`tests/schema_drift.rs` holds the same order).
+const LIVE_HOMES: [&str; 2] = [
+    "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
+    "migrations/2026-12-01-000005_ledger_clock/up.sql",
+];
+
+fn live_sql(function: &str) -> String {
+    let head = format!("CREATE OR REPLACE FUNCTION ops.{function}(");
+    for home in LIVE_HOMES {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(home);
+        let sql =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if sql.contains(&head) {
+            return sql;
+        }
+    }
+    panic!("no live home defines ops.{function}")
 }
 
 /// The live definition of `ops.<function>` (a `CREATE OR REPLACE`), each `(from, to)` replaced
 /// (each `from` must occur exactly once in it).
 fn patched(function: &str, edits: &[(&str, &str)]) -> String {
-    let sql = live_sql();
+    let sql = live_sql(function);
     let head = format!("CREATE OR REPLACE FUNCTION ops.{function}(");
     let start = sql
         .find(&head)
@@ -158,6 +173,20 @@ pub fn all() -> Vec<Mutation> {
                 "ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
                 "trust::a_shorter_lease_on_another_node_does_not_expire_a_healthy_build",
             ],
+        },
+        Mutation {
+            name: "claim_deadline_from_the_transactions_start",
+            breaks: "a claim late in a long transaction is not born expired (catalogue row 15)",
+            sql: || {
+                patched(
+                    "claim",
+                    &[(
+                        "lease_expires_at     = ops.clock() + make_interval(secs => p_lease_secs),",
+                        "lease_expires_at     = ops.now() + make_interval(secs => p_lease_secs),",
+                    )],
+                )
+            },
+            killers: &["ledger::a_claim_late_in_a_long_transaction_is_not_born_expired"],
         },
         Mutation {
             name: "inbox_without_its_key",
