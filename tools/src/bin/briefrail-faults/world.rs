@@ -99,6 +99,11 @@ impl World {
         self.started.elapsed().as_secs_f64()
     }
 
+    /// A matter drawn from the run's generator.
+    pub fn any_matter(&mut self) -> Uuid {
+        self.matters[self.rng.below(self.matters.len() as u64) as usize]
+    }
+
     /// A one-number query (`... AS n`); -1 when the database does not answer.
     pub async fn count(&self, sql: &str) -> i64 {
         count(&self.pool, sql).await

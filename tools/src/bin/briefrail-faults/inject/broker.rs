@@ -46,7 +46,7 @@ pub async fn memory_alarm(w: &mut World) -> Result<String, String> {
     let i = w.rng.below(w.broker.len() as u64) as usize;
     w.broker.set_memory_watermark(i, 0.0000001).await?;
     let alarmed = w.broker.memory_alarm_on().await;
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     w.demand(m, 5).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cleared = w.broker.set_memory_watermark(i, 0.4).await;
@@ -65,7 +65,7 @@ pub async fn leader_kill(w: &mut World) -> Result<String, String> {
     let q = trigger_queue(w);
     let leader = w.broker.leader(&q).await?;
     w.broker.kill(leader).await?;
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     w.demand(m, 10).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     w.broker.restart(leader).await?;
@@ -80,7 +80,7 @@ pub async fn leader_pause(w: &mut World) -> Result<String, String> {
     let q = trigger_queue(w);
     let leader = w.broker.leader(&q).await?;
     w.broker.pause(leader).await?;
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     let recorded = w.demand(m, 10).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     w.broker.resume(leader).await?;
@@ -95,7 +95,7 @@ pub async fn leader_pause(w: &mut World) -> Result<String, String> {
 
 /// Row 32: every member stopped and started in turn, demands flowing.
 pub async fn rolling_restart(w: &mut World) -> Result<String, String> {
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     w.demand(m, 10).await?;
     w.broker.rolling_restart().await?;
     Ok(format!(

@@ -104,7 +104,7 @@ pub async fn unroutable(w: &mut World) -> Result<String, String> {
         .map_err(|e| format!("unbind: {e}"))
     };
     unbind(&ch).await?;
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     let recorded = w.demand(m, 20).await;
     // A consumer that (re)connects declares the topology again, binding the queue back: the
     // queue is unbound again every half second until a publish comes back.
@@ -234,7 +234,7 @@ pub async fn forged(w: &mut World) -> Result<String, String> {
     let (conn, ch) = channel(w).await?;
     let forged = EventEnvelope {
         firm_id: Uuid::new_v4(),
-        matter_id: w.matters[w.rng.below(w.matters.len() as u64) as usize],
+        matter_id: w.any_matter(),
         xact_id: Some(1),
         ..real.clone()
     };

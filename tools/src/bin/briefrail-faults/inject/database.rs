@@ -102,7 +102,7 @@ pub async fn backend_kill(w: &mut World) -> Result<String, String> {
         if n > 0 || Instant::now() > deadline {
             break n;
         }
-        let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+        let m = w.any_matter();
         w.demand(m, 1).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
@@ -151,7 +151,7 @@ pub async fn wide_load(w: &mut World) -> Result<String, String> {
 /// \u0000 in jsonb). The run must fail with its error at once (no lease run-out); once the
 /// builder is mended, a new demand is served.
 pub async fn refused_frame(w: &mut World) -> Result<String, String> {
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     let flag = w.dir.join("refuse");
     std::fs::write(&flag, m.to_string()).map_err(|e| format!("{}: {e}", flag.display()))?;
     w.demand(m, 1).await?;
@@ -216,7 +216,7 @@ pub async fn logical_move(w: &mut World) -> Result<String, String> {
         if Instant::now() > deadline {
             return Err("no claim taken after the dump was held within 30 s".into());
         }
-        let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+        let m = w.any_matter();
         w.demand(m, 1).await?;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

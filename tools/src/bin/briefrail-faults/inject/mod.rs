@@ -78,7 +78,7 @@ pub async fn wait_busy_node(
             return Err("no node held a running claim within 30 s".into());
         }
         // Keep work flowing: a quiet ledger has no claim to hit.
-        let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+        let m = w.any_matter();
         w.demand(m, 1).await?;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -126,7 +126,7 @@ pub async fn fired<T>(
             Ok(Err(_)) => return None,
             Err(_) if Instant::now() > deadline => return None,
             Err(_) => {
-                let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+                let m = w.any_matter();
                 let _ = w.demand(m, 1).await;
             }
         }

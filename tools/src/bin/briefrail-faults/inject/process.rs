@@ -142,7 +142,7 @@ pub async fn proven_skew(w: &World, idx: usize) -> Result<(), String> {
 /// Row 18: a backlog of 300 events, and a node killed -9 while the relays publish it (before
 /// or after the broker's ack, before the mark): rows republished, applied once.
 pub async fn relay_crash(w: &mut World) -> Result<String, String> {
-    let m = w.matters[w.rng.below(w.matters.len() as u64) as usize];
+    let m = w.any_matter();
     w.demand(m, 300).await?;
     tokio::time::sleep(Duration::from_millis(20 + w.rng.below(60))).await;
     let backlog = w
