@@ -39,6 +39,7 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub lease: LeaseSettings,
     pub sweeper: SweeperSettings,
+    pub retention: RetentionSettings,
     pub retry: RetrySettings,
     pub trigger: TriggerSettings,
     pub builders: BuildersSettings,
@@ -87,6 +88,42 @@ pub struct SweeperSettings {
     pub interval_seconds: f64,
     /// At most this many rows are swept or reconciled per pass.
     pub batch: u32,
+}
+
+/// What the sweeper removes once no guarantee needs it (docs/protocol.md, "Retention").
+#[derive(Debug, Clone, Deserialize)]
+pub struct RetentionSettings {
+    /// Published outbox events the rail consumed, older than this, go with their inbox rows.
+    /// Unpublished and unconsumed events are never removed. 0: keep every event.
+    pub events_days: f64,
+    /// Runs older than this go, except each matter's latest and any still open. 0: keep all.
+    pub runs_days: f64,
+    /// Each matter keeps its newest N frames (its newest is never removed). 0: keep every
+    /// frame (a firm may need to show which Brief counsel saw on a given day).
+    pub frames_keep: u32,
+    /// Seconds between retention passes.
+    pub interval_seconds: f64,
+    /// Rows (frames: matters) per statement; each statement is its own short transaction.
+    pub batch: u32,
+}
+
+impl RetentionSettings {
+    /// The age past which consumed events go; `None`: kept forever.
+    pub fn events_after(&self) -> Option<Duration> {
+        days(self.events_days)
+    }
+    /// The age past which runs go; `None`: kept forever.
+    pub fn runs_after(&self) -> Option<Duration> {
+        days(self.runs_days)
+    }
+    /// How many frames each matter keeps; `None`: every frame.
+    pub fn frames_kept(&self) -> Option<u32> {
+        (self.frames_keep > 0).then_some(self.frames_keep)
+    }
+}
+
+fn days(d: f64) -> Option<Duration> {
+    (d > 0.0).then(|| Duration::from_secs_f64(d * 86_400.0))
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -248,6 +285,35 @@ impl Settings {
         self.validate_shutdown_and_log()
     }
 
+    /// Retention ages are zero (keep) or positive days; the interval and batch positive, the
+    /// batch small enough that one statement stays short.
+    fn validate_retention(&self) -> Result<(), ConfigError> {
+        let r = &self.retention;
+        for (key, v) in [
+            ("retention.events_days", r.events_days),
+            ("retention.runs_days", r.runs_days),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(ConfigError::new(
+                    key,
+                    format!("must be 0 (keep forever) or a positive number of days, not {v}"),
+                ));
+            }
+        }
+        positive("retention.interval_seconds", r.interval_seconds)?;
+        positive("retention.batch", r.batch as f64)?;
+        if r.batch > 100_000 {
+            return Err(ConfigError::new(
+                "retention.batch",
+                format!(
+                    "{} is too large: one statement must stay short (at most 100000)",
+                    r.batch
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// `database.url` is a `postgres://` URL naming a database; `database.pool_size` > 0.
     fn validate_database(&self) -> Result<(), ConfigError> {
         let db = url::Url::parse(self.database.url.expose())
@@ -285,6 +351,7 @@ impl Settings {
         }
         positive("sweeper.interval_seconds", self.sweeper.interval_seconds)?;
         positive("sweeper.batch", self.sweeper.batch as f64)?;
+        self.validate_retention()?;
         positive("retry.max_attempts", self.retry.max_attempts as f64)?;
         positive(
             "retry.backoff_base_seconds",

@@ -60,6 +60,12 @@ metric_set! {
         /// Nudges whose event id the ledger does not know, or whose fields disagree with the
         /// event's outbox row: refused to the dead-letter queue, with no effect.
         nudges_refused => "Nudges the ledger does not confirm (unknown event id or forged fields), dead-lettered",
+        /// Late copies of events retention removed: acked, with no effect.
+        nudges_expired => "Nudges for events retention removed, acked with no effect",
+        retention_events_removed => "Published, consumed outbox events removed by retention",
+        retention_inbox_removed => "Inbox rows removed with their events by retention",
+        retention_runs_removed => "Runs removed by retention",
+        retention_frames_removed => "Frames removed by retention (retention.frames_keep)",
     }
 }
 
@@ -72,6 +78,8 @@ metric_set! {
         builds_running => "Matters with a build in flight (any node)",
         matters_failed => "Matters whose last build failed with demand unserved",
         events_stranded => "Events republished to the cap and still not consumed: facts that may be missing from a Brief",
+        retention_oldest_event_seconds => "Age of the oldest outbox event kept",
+        retention_oldest_run_seconds => "Age of the oldest run kept",
         /// Whether this node could read the ledger for these gauges.
         ledger_up => "Whether this node could read the ledger for these gauges",
     }

@@ -191,6 +191,11 @@ impl Node {
         self.actors.sweep_now().await
     }
 
+    /// Runs one retention pass now (`retention.*`: what goes and when).
+    pub async fn retain_now(&self) -> Result<crate::actors::RetentionReport> {
+        self.actors.retain_now().await
+    }
+
     /// Matter actors alive now.
     pub async fn actor_count(&self) -> usize {
         self.actors.actor_count().await

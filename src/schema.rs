@@ -85,6 +85,13 @@ pub mod ops {
         }
     }
 
+    diesel::table! {
+        ops.retention_horizon (only_row) {
+            only_row -> Bool,
+            events_removed_through -> Timestamptz,
+        }
+    }
+
     diesel::allow_tables_to_appear_in_same_query!(
         consumed_events,
         domain_event_outbox,
@@ -92,6 +99,7 @@ pub mod ops {
         matter_frame_jobs,
         matter_frame_runs,
         matter_frames,
+        retention_horizon,
     );
 }
 

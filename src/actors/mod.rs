@@ -5,7 +5,7 @@
 //!                              │  slot (BuilderPool)  ▲ BuildDone (landed / follow-up / fenced / failed)
 //!                              ▼                      │
 //!                         BuilderActor × builders.concurrency (carries token, heartbeats, commits)
-//!  Sweeper ── sweep + reconcile on the ledger ─▶ nudges
+//!  Sweeper ── sweep + reconcile on the ledger ─▶ nudges; retention passes beside
 //! ```
 //!
 //! No actor holds truth: every decision that matters is a ledger statement, so a lost message
@@ -14,10 +14,12 @@
 pub mod builder;
 pub mod context;
 pub mod matter;
+pub mod retention;
 pub mod supervisor;
 pub mod sweeper;
 pub mod system;
 
 pub use crate::nudge::{MatterKey, Nudge};
+pub use retention::RetentionReport;
 pub use sweeper::SweepReport;
 pub use system::{ActorOptions, Actors, NodeContext};

@@ -2,6 +2,10 @@
 //! `lease_expired`) and finds rows with unserved demand that nobody is serving, and nudges
 //! their matters. This is what makes a dropped nudge, a crashed node or a lost actor harmless.
 //! [`Sweeper::run_once`] is the whole job; the actor's timer only calls it.
+//!
+//! On a second timer (`retention.interval_seconds`) it runs retention passes
+//! ([`super::retention`]), spawned beside the sweeps so a long pass never delays one, and
+//! never two at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +13,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::context::NodeContext;
+use super::retention::{Retention, RetentionReport};
 use crate::error::Result;
 use crate::ledger::transitions as t;
 use crate::metrics::Metrics;
@@ -26,11 +31,18 @@ pub struct SweepReport {
 #[rtype(result = "Result<SweepReport>")]
 pub struct SweepNow;
 
+/// Run one retention pass now (tests, and operators through the library).
+#[derive(Message)]
+#[rtype(result = "Result<RetentionReport>")]
+pub struct RetainNow;
+
 pub struct Sweeper {
     node: Arc<NodeContext>,
     nudges: Recipient<Nudge>,
     /// Run a pass every `sweeper.interval_seconds`; without it passes run only on [`SweepNow`].
     periodic: bool,
+    /// Between passes; `None` while a pass runs (it owns the state meanwhile).
+    retention: Option<Retention>,
 }
 
 impl Sweeper {
@@ -39,7 +51,26 @@ impl Sweeper {
             node,
             nudges,
             periodic,
+            retention: Some(Retention::default()),
         }
+    }
+
+    /// Starts a retention pass unless one is running; the pass hands its state back when done.
+    fn retain(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut state) = self.retention.take() else {
+            return;
+        };
+        let node = self.node.clone();
+        ctx.spawn(
+            async move {
+                if let Err(e) = state.pass(&node).await {
+                    tracing::warn!(error = %e, "retention pass failed; retrying next interval");
+                }
+                state
+            }
+            .into_actor(self)
+            .map(|state, act, _| act.retention = Some(state)),
+        );
     }
 
     /// One pass: sweep, then reconcile; nudge every matter found.
@@ -91,6 +122,34 @@ impl Actor for Sweeper {
                 .into_actor(act),
             );
         });
+        let every = Duration::from_secs_f64(self.node.settings.retention.interval_seconds);
+        ctx.run_interval(every, |act, ctx| act.retain(ctx));
+    }
+}
+
+impl Handler<RetainNow> for Sweeper {
+    type Result = ResponseActFuture<Self, Result<RetentionReport>>;
+
+    fn handle(&mut self, _: RetainNow, _: &mut Context<Self>) -> Self::Result {
+        let node = self.node.clone();
+        // A periodic pass may be running (it holds the state): this one then walks from the
+        // first matter, and its state is dropped.
+        let taken = self.retention.take();
+        let owned = taken.is_some();
+        let mut state = taken.unwrap_or_default();
+        Box::pin(
+            async move {
+                let result = state.pass(&node).await;
+                (state, result)
+            }
+            .into_actor(self)
+            .map(move |(state, result), act, _| {
+                if owned {
+                    act.retention = Some(state);
+                }
+                result
+            }),
+        )
     }
 }
 

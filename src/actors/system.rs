@@ -14,8 +14,9 @@ use tokio::sync::watch;
 
 use super::builder::{BuildEnv, BuilderPool};
 pub use super::context::NodeContext;
+use super::retention::RetentionReport;
 use super::supervisor::{ActorCount, Supervisor};
-use super::sweeper::{SweepNow, SweepReport, Sweeper};
+use super::sweeper::{RetainNow, SweepNow, SweepReport, Sweeper};
 use crate::builders::Builder;
 use crate::config::Settings;
 use crate::db::Pool;
@@ -121,6 +122,14 @@ impl Actors {
     pub async fn sweep_now(&self) -> Result<SweepReport> {
         self.sweeper
             .send(SweepNow)
+            .await
+            .map_err(|e| Error::internal_from("the sweeper did not answer", e))?
+    }
+
+    /// Runs one retention pass now.
+    pub async fn retain_now(&self) -> Result<RetentionReport> {
+        self.sweeper
+            .send(RetainNow)
             .await
             .map_err(|e| Error::internal_from("the sweeper did not answer", e))?
     }

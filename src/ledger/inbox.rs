@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::event_name::EventName;
 use super::models::OutboxRow;
-use super::{outbox, transitions};
+use super::{outbox, retention, transitions};
 use crate::error::Result;
 use crate::schema::{ops, record};
 
@@ -74,6 +74,9 @@ pub enum Applied {
     /// Not consumed and nothing changed: the message names no event of this ledger, or its
     /// fields disagree with the event's row. The transport dead-letters it with this reason.
     Refused(String),
+    /// Nothing changed: a late copy of an event retention removed (its outbox row and inbox
+    /// rows are gone; its demand was recorded long ago). The transport acks and counts it.
+    Expired(String),
 }
 
 /// Whether the Brief rail hears `event_name`.
@@ -138,10 +141,17 @@ pub async fn apply(
     let wire = wire.clone();
     conn.transaction(async move |tx| {
         let Some(row) = outbox::event(tx, wire.event_id).await? else {
-            return Ok(Applied::Refused(format!(
-                "event {} is not in the ledger's outbox",
-                wire.event_id
-            )));
+            let id = wire.event_id;
+            return Ok(
+                if retention::removed_by_retention(tx, wire.occurred_at).await? {
+                    Applied::Expired(format!(
+                        "event {id} is no longer in the outbox: retention removed the events \
+                     that occurred by then"
+                    ))
+                } else {
+                    Applied::Refused(format!("event {id} is not in the ledger's outbox"))
+                },
+            );
         };
         if let Some(why) = disagreement(&wire, &row) {
             return Ok(Applied::Refused(why));

@@ -20,6 +20,7 @@
 //!   which only tests move).
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
 //! * [`reads`]: what operators and tests look at.
+//! * [`retention`]: what the sweeper removes once no guarantee needs it.
 //!
 //! Tokens order writes; they do not give mutual exclusion. A zombie and its successor can
 //! build at the same time; only the successor's commit lands, and the zombie learns at its
@@ -33,6 +34,7 @@ pub mod inbox;
 pub mod models;
 pub mod outbox;
 pub mod reads;
+pub mod retention;
 mod sql;
 pub mod states;
 pub mod transitions;

@@ -306,6 +306,10 @@ pub async fn republish_stranded(
 }
 
 /// The outbox row of `event_id`, if the ledger recorded it: what a nudge is checked against.
+/// Read `FOR KEY SHARE`: retention cannot remove the row (and its inbox rows) while the
+/// trigger's transaction uses it, and a row retention is removing is waited for and then
+/// missing, so a late duplicate never finds the event without its inbox row. The relay's
+/// updates (no key change) do not conflict with it.
 pub async fn event(
     conn: &mut AsyncPgConnection,
     event_id: Uuid,
@@ -314,6 +318,7 @@ pub async fn event(
     Ok(o::domain_event_outbox
         .filter(o::event_id.eq(event_id))
         .select(super::models::OutboxRow::as_select())
+        .for_key_share()
         .first(conn)
         .await
         .optional()?)

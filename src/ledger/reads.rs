@@ -166,6 +166,14 @@ pub struct LedgerGauges {
     /// still has not consumed: facts that may be missing from a Brief. Alert on any.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub stranded_events: i64,
+    /// Age of the oldest outbox row kept (0: none): what retention.events_days bounds, apart
+    /// from unpublished and unconsumed facts, which are never removed.
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub oldest_event_seconds: f64,
+    /// Age of the oldest run kept (0: none): what retention.runs_days bounds, apart from each
+    /// matter's latest run.
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub oldest_run_seconds: f64,
 }
 
 pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
@@ -183,7 +191,11 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
            (SELECT count(*) FROM ops.domain_event_outbox e
              WHERE e.republish_count >= $1 AND e.published_at IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
-                                WHERE c.consumer = $2 AND c.event_id = e.event_id)) AS stranded_events",
+                                WHERE c.consumer = $2 AND c.event_id = e.event_id)) AS stranded_events,
+           coalesce((SELECT extract(epoch FROM ops.now() - created_at)::float8
+                       FROM ops.domain_event_outbox ORDER BY seq LIMIT 1), 0) AS oldest_event_seconds,
+           coalesce((SELECT extract(epoch FROM ops.now() - started_at)::float8
+                       FROM ops.matter_frame_runs ORDER BY started_at LIMIT 1), 0) AS oldest_run_seconds",
     )
     .bind::<diesel::sql_types::Integer, _>(super::outbox::REPUBLISH_CAP)
     .bind::<diesel::sql_types::Text, _>(super::models::BRIEF_RAIL)

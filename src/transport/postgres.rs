@@ -120,7 +120,10 @@ pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) ->
                     }),
                     Applied::Duplicate => duplicates += 1,
                     Applied::Covered => tracing::debug!(event_id = %row.event_id, "covered by a build that reads it"),
-                    Applied::Gated(reason) | Applied::NotHeard(reason) | Applied::Refused(reason) => {
+                    Applied::Gated(reason)
+                    | Applied::NotHeard(reason)
+                    | Applied::Refused(reason)
+                    | Applied::Expired(reason) => {
                         tracing::debug!(event_id = %row.event_id, %reason, "no demand")
                     }
                 }

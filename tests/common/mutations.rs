@@ -1,6 +1,6 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000006` for
-//! `ops.claim` and `ops.heartbeat`), and
+//! `ops.claim` and `ops.heartbeat`, `…000007` for retention's `ops.prune_*`), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -27,7 +27,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 2] = [
+const LIVE_HOMES: [&str; 3] = [
+    "migrations/2026-12-01-000007_retention/up.sql",
     "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
     "migrations/2026-12-01-000005_ledger_clock/up.sql",
 ];
@@ -299,6 +300,83 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &["trust::a_follow_up_lease_starts_when_the_commit_ends"],
+        },
+        Mutation {
+            name: "prune_events_takes_unpublished_facts",
+            breaks: "retention: an unpublished event is never removed, whatever its age",
+            sql: || {
+                patched(
+                    "prune_events",
+                    &[(
+                        "WHERE e.published_at < ops.now()",
+                        "WHERE coalesce(e.published_at, e.created_at) < ops.now()",
+                    )],
+                )
+            },
+            killers: &[
+                "retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
+            ],
+        },
+        Mutation {
+            name: "prune_events_takes_unconsumed_facts",
+            breaks: "retention: an event the rail has not consumed is never removed",
+            sql: || {
+                patched(
+                    "prune_events",
+                    &[(
+                        "           AND EXISTS (SELECT 1 FROM ops.consumed_events c\n                        WHERE c.consumer = p_consumer AND c.event_id = e.event_id)\n",
+                        "",
+                    )],
+                )
+            },
+            killers: &[
+                "retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
+            ],
+        },
+        Mutation {
+            name: "prune_runs_takes_the_latest_run",
+            breaks: "retention: each matter's latest run is kept",
+            sql: || {
+                patched(
+                    "prune_runs",
+                    &[("AND n.token > r.token", "AND n.token >= r.token")],
+                )
+            },
+            killers: &[
+                "retention::old_runs_go_but_each_matters_latest_run_and_every_open_run_stay",
+            ],
+        },
+        Mutation {
+            name: "prune_frames_takes_one_too_many",
+            breaks: "retention: each matter keeps its newest frames_keep frames, its Brief always",
+            sql: || {
+                patched(
+                    "prune_frames",
+                    &[(
+                        "AND f.generation < c.oldest_kept",
+                        "AND f.generation <= c.oldest_kept",
+                    )],
+                )
+            },
+            killers: &[
+                "retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
+            ],
+        },
+        Mutation {
+            name: "prune_frames_takes_young_frames",
+            breaks: "retention: a frame landed within the hour is kept (a builder may read it back)",
+            sql: || {
+                patched(
+                    "prune_frames",
+                    &[(
+                        "\n           AND f.created_at < ops.now() - make_interval(secs => p_young_secs)",
+                        "",
+                    )],
+                )
+            },
+            killers: &[
+                "retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
+            ],
         },
     ]
 }

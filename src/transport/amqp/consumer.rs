@@ -169,6 +169,10 @@ async fn consume(
                     Metrics::inc(&opts.metrics.counters.demands_coalesced);
                     tracing::debug!("covered: a running or landed build already reads this fact");
                 }
+                Applied::Expired(reason) => {
+                    Metrics::inc(&opts.metrics.counters.nudges_expired);
+                    tracing::info!(%reason, "late copy of a removed event: acked, no effect");
+                }
                 Applied::Refused(_) => unreachable!("handled above"),
             }
             Ok(())
