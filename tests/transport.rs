@@ -12,7 +12,7 @@ use std::time::Duration;
 use actix::Actor;
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::Settings;
-use briefrail::ledger::{facts, reads};
+use briefrail::ledger::{facts, outbox, reads};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
@@ -877,4 +877,64 @@ async fn a_listed_member_that_does_not_answer_is_passed_over() {
         .expect_err("no member answers");
     assert_eq!(e.kind(), briefrail::error::ErrorKind::Transient, "{e}");
     assert!(!briefrail::error::report(&e).contains("s3cr3t"), "{e}");
+}
+
+/// Retention (issue "long life"): a late copy of an event retention removed (the broker kept a
+/// duplicate past `retention.events_days`) is acked with no effect and counted, never
+/// dead-lettered; a message for an id the ledger never held still is.
+#[actix_rt::test]
+async fn a_late_copy_of_an_event_retention_removed_is_acked_counted_and_changes_nothing() {
+    let r = rig(Duration::from_secs(600)).await;
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let (firm, m) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, m, "Acme v. Globex")
+        .await
+        .unwrap();
+    let event = newest_event(&r.db, m).await;
+    outbox::mark_published(&mut c, &[event.event_id])
+        .await
+        .unwrap();
+    publish_row(&ch, &ex, &event.envelope()).await;
+    eventually(Duration::from_secs(20), "the matter served", || async {
+        served(&r.db, firm, m).await.then_some(())
+    })
+    .await;
+    let before = reads::job(&mut c, firm, m).await.unwrap().unwrap();
+    r.db.advance_ledger_clock(Duration::from_secs(31 * 86_400))
+        .await
+        .unwrap();
+    let removed = briefrail::ledger::retention::prune_events(
+        &mut c,
+        briefrail::ledger::inbox::BRIEF_RAIL,
+        Duration::from_secs(30 * 86_400),
+        100,
+    )
+    .await
+    .unwrap();
+    assert_eq!(removed.events, 1);
+
+    publish_row(&ch, &ex, &event.envelope()).await;
+    eventually(Duration::from_secs(20), "the late copy counted", || async {
+        (get(&r.opts.metrics.counters.nudges_expired) == 1).then_some(())
+    })
+    .await;
+    let mut unknown = event.envelope();
+    unknown.event_id = Uuid::new_v4();
+    unknown.occurred_at = chrono::Utc::now() + chrono::Duration::days(60);
+    publish_row(&ch, &ex, &unknown).await;
+    let reason = next_dead_letter_reason(&ch, &r.scope).await;
+    assert!(
+        reason.contains(&unknown.event_id.to_string()),
+        "only the unknown id is dead-lettered: {reason}"
+    );
+    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 1);
+    let after = reads::job(&mut c, firm, m).await.unwrap().unwrap();
+    assert_eq!(
+        (after.requested_generation, after.landed_generation),
+        (before.requested_generation, before.landed_generation),
+        "neither message changed the ledger"
+    );
 }

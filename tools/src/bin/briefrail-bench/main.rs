@@ -1,6 +1,10 @@
 //! `cargo run --release --bin briefrail-bench`: every figure next to a baseline measured in
 //! the same run (raw SQL through tokio-postgres, a raw lapin publisher), printed as a table and
 //! written to `bench/results.json`. Absolute times drift on a shared machine; ratios do not.
+//! `briefrail-bench retention` runs only the retention measurement ([`retention`]; its size is
+//! `BRIEFRAIL_BENCH_RETENTION_ROWS`, default 10,000,000) and updates its entry in the file.
+
+mod retention;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -390,27 +394,37 @@ async fn big_table(pool: &Pool, n: usize) -> R<(f64, f64)> {
          ANALYZE ops.matter_frame_jobs;"
     ))
     .await?;
-    let mut c = pool.get().await?;
-    let (mut sweep, mut rec) = (Vec::new(), Vec::new());
-    for _ in 0..11 {
-        let t = Instant::now();
-        // Each running row's lease (3 hours, on the row) has an hour left: nothing expires, so
-        // every pass scans the same rows.
-        briefrail::ledger::transitions::sweep(&mut c, 500).await?;
-        sweep.push(t.elapsed().as_secs_f64() * 1000.0);
-        let t = Instant::now();
-        briefrail::ledger::transitions::unserved(&mut c, 5, 500, Duration::from_secs(1)).await?;
-        rec.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    sweep.sort_by(|a, b| a.total_cmp(b));
-    rec.sort_by(|a, b| a.total_cmp(b));
-    Ok((pct(&sweep, 0.5), pct(&rec, 0.5)))
+    retention::sweep_and_reconcile_ms(pool).await
 }
 
 #[actix_rt::main]
 async fn main() -> R<()> {
     let server = std::env::var("BRIEFRAIL_BENCH_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/briefrail_bench".into());
+    let only = std::env::args().nth(1);
+    println!(
+        "briefrail-bench ({}, {} cores)",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    match only.as_deref() {
+        None => {}
+        Some("retention") => {
+            let mut results = earlier_results();
+            println!(
+                "\n{:<58} {:>10} {:>10} {:>7}",
+                "figure", "briefrail", "baseline", "ratio"
+            );
+            retention_section(&server, &mut results).await?;
+            results.insert("retention_measured_at".into(), json!(chrono::Utc::now()));
+            return write_results(results);
+        }
+        Some(other) => {
+            return Err(format!("unknown section {other:?}: give none (everything) or `retention`").into());
+        }
+    }
     let name = admin::split_url(&server)?.0;
     admin::drop_database(&server, &name).await?;
     admin::create_database_if_missing(&server).await?;
@@ -419,13 +433,6 @@ async fn main() -> R<()> {
     let conns = 4usize;
     let pool = db::connect(&db::PoolOptions::new(url.clone()).size(conns as u32 * 2 + 2)).await?;
     let mut results = serde_json::Map::new();
-    println!(
-        "briefrail-bench ({}, {} cores)",
-        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
-    );
 
     // 1. Ledger throughput.
     let firm = Uuid::new_v4();
@@ -537,14 +544,9 @@ async fn main() -> R<()> {
     results.insert("sweep_ms_1m_rows".into(), json!(sweep));
     results.insert("reconcile_ms_1m_rows".into(), json!(rec));
 
-    results.insert("measured_at".into(), json!(chrono::Utc::now()));
-    std::fs::create_dir_all("bench")?;
-    std::fs::write(
-        "bench/results.json",
-        serde_json::to_string_pretty(&serde_json::Value::Object(results))?,
-    )?;
-    println!("\nwritten: bench/results.json");
     drop(pool);
     admin::drop_database(&server, &name).await?;
-    Ok(())
+    retention_section(&server, &mut results).await?;
+    results.insert("measured_at".into(), json!(chrono::Utc::now()));
+    write_results(results)
 }
