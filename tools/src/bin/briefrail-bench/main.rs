@@ -397,6 +397,51 @@ async fn big_table(pool: &Pool, n: usize) -> R<(f64, f64)> {
     retention::sweep_and_reconcile_ms(pool).await
 }
 
+/// What was measured before, so a partial run (`retention`) updates only its own entries.
+fn earlier_results() -> serde_json::Map<String, serde_json::Value> {
+    std::fs::read_to_string("bench/results.json")
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+fn write_results(results: serde_json::Map<String, serde_json::Value>) -> R<()> {
+    std::fs::create_dir_all("bench")?;
+    std::fs::write(
+        "bench/results.json",
+        serde_json::to_string_pretty(&serde_json::Value::Object(results))?,
+    )?;
+    println!("\nwritten: bench/results.json");
+    Ok(())
+}
+
+/// The retention measurement, in its own fresh database (it loads tens of millions of rows).
+async fn retention_section(
+    server: &str,
+    results: &mut serde_json::Map<String, serde_json::Value>,
+) -> R<()> {
+    let rows: usize = match std::env::var("BRIEFRAIL_BENCH_RETENTION_ROWS") {
+        Ok(v) => v
+            .parse()
+            .map_err(|e| format!("BRIEFRAIL_BENCH_RETENTION_ROWS={v:?}: {e}"))?,
+        Err(_) => 10_000_000,
+    };
+    let url = admin::with_database(
+        server,
+        &format!("{}_retention", admin::split_url(server)?.0),
+    )?;
+    let name = admin::split_url(&url)?.0;
+    admin::drop_database(server, &name).await?;
+    admin::create_database_if_missing(&url).await?;
+    db::migrate::run_pending(&url).await?;
+    let pool = db::connect(&db::PoolOptions::new(url.clone()).size(12)).await?;
+    let figures = retention::at_scale(&url, &pool, rows, Duration::from_secs(20)).await;
+    drop(pool);
+    admin::drop_database(server, &name).await?;
+    results.insert("retention".into(), figures?);
+    Ok(())
+}
+
 #[actix_rt::main]
 async fn main() -> R<()> {
     let server = std::env::var("BRIEFRAIL_BENCH_DATABASE_URL")
@@ -422,7 +467,10 @@ async fn main() -> R<()> {
             return write_results(results);
         }
         Some(other) => {
-            return Err(format!("unknown section {other:?}: give none (everything) or `retention`").into());
+            return Err(format!(
+                "unknown section {other:?}: give none (everything) or `retention`"
+            )
+            .into());
         }
     }
     let name = admin::split_url(&server)?.0;

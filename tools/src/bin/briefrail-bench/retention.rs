@@ -77,7 +77,12 @@ async fn load(pool: &Pool, rows: usize) -> R<()> {
 
 /// Claim→commit cycles of `matters` by `conns` tasks for `window`: cycles per second, and the
 /// slowest cycle in ms (a cycle that waited on a lock shows here).
-async fn cycles(pool: &Pool, conns: usize, matters: &[(Uuid, Uuid)], window: Duration) -> R<(f64, f64)> {
+async fn cycles(
+    pool: &Pool,
+    conns: usize,
+    matters: &[(Uuid, Uuid)],
+    window: Duration,
+) -> R<(f64, f64)> {
     let stop = Instant::now() + window;
     let per = matters.len() / conns;
     let mut tasks = Vec::new();
@@ -146,7 +151,12 @@ pub async fn sweep_and_reconcile_ms(pool: &Pool) -> R<(f64, f64)> {
 }
 
 /// The whole measurement; prints its rows and returns them for `bench/results.json`.
-pub async fn at_scale(url: &str, pool: &Pool, rows: usize, window: Duration) -> R<serde_json::Value> {
+pub async fn at_scale(
+    url: &str,
+    pool: &Pool,
+    rows: usize,
+    window: Duration,
+) -> R<serde_json::Value> {
     load(pool, rows).await?;
     let conns = 4;
     let firm = Uuid::new_v4();
@@ -164,9 +174,8 @@ pub async fn at_scale(url: &str, pool: &Pool, rows: usize, window: Duration) -> 
     })
     .await?;
     let started = Instant::now();
-    let (pass, (beside, beside_slowest)) =
-        tokio::join!(nd.retain_now(), cycles(pool, conns, &matters, window));
-    let pass = pass?;
+    let (pass, beside) = tokio::join!(nd.retain_now(), cycles(pool, conns, &matters, window));
+    let (pass, (beside, beside_slowest)) = (pass?, beside?);
     let pass_secs = started.elapsed().as_secs_f64();
     nd.shutdown_within(Duration::from_secs(1)).await;
     let (sweep, rec) = sweep_and_reconcile_ms(pool).await?;
