@@ -17,7 +17,9 @@
 //!    claim: a stalled worker's late commit is fenced ([`Error::Fenced`]) and writes nothing.
 //!    Demands that arrived during the build re-claim in the same statement.
 //! 5. The sweeper ([`actors::sweeper`]) fails claims whose lease ran out and nudges matters
-//!    with unserved demand, so a lost message or a crashed node only delays work.
+//!    with unserved demand, so a lost message or a crashed node only delays work. On a
+//!    slower timer it runs retention ([`ledger::retention`]): what no guarantee needs any
+//!    more (consumed events, old runs, old frames when asked) is removed in small batches.
 //!
 //! A [`node::Node`] starts all of it (its actors, its transport, its HTTP surface when asked)
 //! and stops it in one shutdown. Only the ledger is trusted: every decision that matters is a

@@ -647,3 +647,10 @@ async fn a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_eve
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The claim-identity mutations (a fence that ignores the run id) must fail the restore test:
+/// after a restore, token numbers repeat and only the run id fences the lost past.
+#[tokio::test]
+async fn every_planted_bug_fails_a_guarantee_test() {
+    common::mutations::assert_caught("restore").await;
+}

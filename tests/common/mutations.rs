@@ -96,7 +96,10 @@ pub fn all() -> Vec<Mutation> {
             name: "commit_without_the_run_id",
             breaks: "1: a token number handed out twice fences the old holder",
             sql: || patched("commit_claim", &[(" AND j.claimed_run_id = p_run_id", "")]),
-            killers: &["trust::a_token_number_handed_out_twice_still_fences_the_old_holder"],
+            killers: &[
+                "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+                "restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
+            ],
         },
         Mutation {
             name: "heartbeat_without_the_claims_identity",
@@ -115,6 +118,7 @@ pub fn all() -> Vec<Mutation> {
                 "ledger::a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep",
                 "ledger::a_zombie_commit_is_fenced_after_the_sweep",
                 "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+                "restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
             ],
         },
         Mutation {

@@ -15,15 +15,19 @@ use briefrail::ledger::{ClaimKind, Frame};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{NoOp, R, exec, node, pct, scalar};
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+
+use super::{NoOp, R, node, pct, scalar};
 
 /// Synthetic ids in key order (loading is append-only, so 10,000,000 rows load in minutes).
 fn seq_uuid(prefix: u32, i: &str) -> String {
     format!("(lpad(to_hex({prefix}), 8, '0') || lpad(to_hex({i}), 24, '0'))::uuid")
 }
 
-/// Loads the old ledger: job rows of firm 1, runs, events and inbox rows.
-async fn load(pool: &Pool, rows: usize) -> R<()> {
+/// Loads the old ledger: job rows of firm 1, runs, events and inbox rows, on a connection of
+/// its own (its session settings, no statement timeout and no synchronous commit for the load,
+/// must not reach the pool the measurement uses).
+async fn load(url: &str, rows: usize) -> R<()> {
     let firm = "'00000000-0000-0000-0000-000000000001'::uuid";
     let matter = seq_uuid(1, "i");
     let run_matter = seq_uuid(1, "(i / 10 + 1)");
@@ -31,10 +35,10 @@ async fn load(pool: &Pool, rows: usize) -> R<()> {
     let event = seq_uuid(3, "i");
     let event_matter = seq_uuid(1, "(i % 1000000 + 1)");
     let t0 = Instant::now();
-    exec(
-        pool,
+    let mut c = diesel_async::AsyncPgConnection::establish(url).await?;
+    c.batch_execute(
         &format!(
-            "SET synchronous_commit = off;
+            "SET synchronous_commit = off; SET statement_timeout = 0;
              INSERT INTO ops.matter_frame_jobs (firm_id, matter_id, requested_generation,
                     claimed_generation, landed_generation, run_status, claimed_at)
              SELECT {firm}, {matter}, 10, 10, 10, 'idle', ops.now() - interval '40 days'
@@ -68,6 +72,7 @@ async fn load(pool: &Pool, rows: usize) -> R<()> {
         ),
     )
     .await?;
+    drop(c);
     println!(
         "  (loaded {rows} job rows, runs, events and inbox rows in {:.0} s)",
         t0.elapsed().as_secs_f64()
@@ -157,7 +162,7 @@ pub async fn at_scale(
     rows: usize,
     window: Duration,
 ) -> R<serde_json::Value> {
-    load(pool, rows).await?;
+    load(url, rows).await?;
     let conns = 4;
     let firm = Uuid::new_v4();
     let matters: Vec<(Uuid, Uuid)> = (0..400).map(|_| (firm, Uuid::new_v4())).collect();
