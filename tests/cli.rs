@@ -47,6 +47,93 @@ async fn migrate_creates_the_database_and_is_idempotent() {
     admin::drop_database(&server_url(), &name).await.unwrap();
 }
 
+/// The migration directories of this tree, in order (their names are what `--status` prints).
+fn migration_names() -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+    names.sort();
+    names
+}
+
+/// The line of `migrate --status` that names `needle`.
+fn line_of<'a>(text: &'a str, needle: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line names {needle}:\n{text}"))
+}
+
+#[tokio::test]
+async fn migrate_status_lists_applied_pending_and_newer_migrations_and_changes_nothing() {
+    let db = TestDb::new(1).await.unwrap();
+    let names = migration_names();
+    let text = ok(&briefrail(&db.url, &["migrate", "--status"]));
+    assert!(
+        text.contains(&format!("{} applied, 0 pending", names.len())),
+        "{text}"
+    );
+    for name in &names {
+        let line = line_of(&text, name);
+        assert!(
+            line.starts_with("applied") && line.contains("run on 20"),
+            "{line}"
+        );
+    }
+
+    // The newest migration's row gone: it is pending, and `--status` does not apply it.
+    let newest = names.last().unwrap();
+    let version: String = newest.split('_').next().unwrap().replace('-', "");
+    let mut c = db.connection().await.unwrap();
+    use diesel_async::SimpleAsyncConnection;
+    c.batch_execute(&format!(
+        "DELETE FROM __diesel_schema_migrations WHERE version = '{version}';
+         INSERT INTO __diesel_schema_migrations (version) VALUES ('99991231000001')"
+    ))
+    .await
+    .unwrap();
+    for _ in 0..2 {
+        let text = ok(&briefrail(&db.url, &["migrate", "--status"]));
+        assert!(
+            text.contains(&format!(
+                "{} applied, 1 pending, 1 applied by a newer release",
+                names.len() - 1
+            )),
+            "{text}"
+        );
+        assert!(line_of(&text, newest).starts_with("pending"), "{text}");
+        for name in &names[..names.len() - 1] {
+            assert!(line_of(&text, name).starts_with("applied"), "{text}");
+        }
+        // A version this binary does not know (a newer release migrated) is listed, not fatal.
+        let newer = line_of(&text, "99991231000001");
+        assert!(
+            newer.starts_with("newer") && newer.contains("newer release"),
+            "{newer}"
+        );
+    }
+    // Plain `migrate` applies the pending one and accepts the unknown version.
+    let applied = ok(&briefrail(&db.url, &["migrate"]));
+    assert!(applied.contains("1 migration(s) applied"), "{applied}");
+    let text = ok(&briefrail(&db.url, &["migrate", "--status"]));
+    assert!(line_of(&text, newest).starts_with("applied"), "{text}");
+
+    // A database that does not exist: a clear error, and `--status` does not create it.
+    let name = format!("br_cli_{}", &Uuid::new_v4().simple().to_string()[..12]);
+    let url = admin::with_database(&server_url(), &name).unwrap();
+    let out = briefrail(&url, &["migrate", "--status"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("database {name} does not exist")),
+        "{stderr}"
+    );
+    assert!(!admin::database_exists(&url).await.unwrap());
+}
+
 #[tokio::test]
 async fn an_operator_records_facts_and_reads_status() {
     let db = TestDb::new(1).await.unwrap();

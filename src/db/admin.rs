@@ -41,17 +41,27 @@ struct Exists {
     exists: bool,
 }
 
+async fn exists(conn: &mut AsyncPgConnection, name: &str) -> Result<bool> {
+    let found: Exists =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
+            .bind::<diesel::sql_types::Text, _>(name)
+            .get_result(conn)
+            .await?;
+    Ok(found.exists)
+}
+
+/// Whether the database named by `url` exists on its server.
+pub async fn database_exists(url: &str) -> Result<bool> {
+    let (name, admin_url) = split_url(url)?;
+    exists(&mut admin_conn(&admin_url).await?, &name).await
+}
+
 /// Creates the database named by `url` unless it exists. Returns whether it created it.
 /// Safe to race: a concurrent creator's "already exists" counts as success.
 pub async fn create_database_if_missing(url: &str) -> Result<bool> {
     let (name, admin_url) = split_url(url)?;
     let mut conn = admin_conn(&admin_url).await?;
-    let found: Exists =
-        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
-            .bind::<diesel::sql_types::Text, _>(&name)
-            .get_result(&mut conn)
-            .await?;
-    if found.exists {
+    if exists(&mut conn, &name).await? {
         return Ok(false);
     }
     match conn

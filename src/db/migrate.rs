@@ -58,3 +58,108 @@ async fn on_migration_thread<T: Send + 'static>(
     rx.await
         .map_err(|e| Error::internal_from("the migration thread died", e))?
 }
+
+/// Where one migration stands on a database (`briefrail migrate --status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigrationState {
+    /// Embedded in this binary and applied, at the time the database recorded
+    /// (`__diesel_schema_migrations.run_on`, the server's local time).
+    Applied { run_on: chrono::NaiveDateTime },
+    /// Embedded in this binary, not applied: `briefrail migrate` applies it.
+    Pending,
+    /// Applied, but not embedded in this binary: a newer release ran `briefrail migrate`. Fine
+    /// during a rolling upgrade (a release's migrations keep every statement the previous
+    /// release calls); this binary runs beside it.
+    AppliedByNewerRelease { run_on: chrono::NaiveDateTime },
+}
+
+/// One migration and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    /// diesel's version: the directory name's date and number without dashes.
+    pub version: String,
+    /// The directory name, when this binary embeds the migration.
+    pub name: Option<String>,
+    pub state: MigrationState,
+}
+
+/// Every migration embedded in this binary (applied or pending) and every version the database
+/// has applied that this binary does not know, in version order. Reads only: it neither
+/// creates the database nor applies anything; a database that does not exist is an error.
+pub async fn status(url: &str) -> Result<Vec<MigrationStatus>> {
+    use diesel::RunQueryDsl;
+    use diesel::migration::MigrationSource;
+
+    let (name, _) = crate::db::admin::split_url(url)?;
+    if !crate::db::admin::database_exists(url).await? {
+        return Err(Error::migration(
+            format!("database {name} does not exist (`briefrail migrate` creates it)"),
+            None,
+        ));
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Applied {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        version: String,
+        #[diesel(sql_type = diesel::sql_types::Timestamp)]
+        run_on: chrono::NaiveDateTime,
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Table {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        present: bool,
+    }
+    on_migration_thread(url, |conn| {
+        let read = |e: diesel::result::Error| {
+            Error::migration("reading the applied migrations", Some(e.into()))
+        };
+        // diesel creates its table on the first `migrate`; before that nothing is applied.
+        let table: Table = diesel::sql_query(
+            "SELECT to_regclass('__diesel_schema_migrations') IS NOT NULL AS present",
+        )
+        .get_result(conn)
+        .map_err(read)?;
+        let mut applied: std::collections::BTreeMap<String, chrono::NaiveDateTime> =
+            if table.present {
+                diesel::sql_query(
+                    "SELECT version::text AS version, run_on FROM __diesel_schema_migrations",
+                )
+                .load::<Applied>(conn)
+                .map_err(read)?
+                .into_iter()
+                .map(|a| (a.version, a.run_on))
+                .collect()
+            } else {
+                Default::default()
+            };
+        let embedded = MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
+            .map_err(|e| Error::migration("reading the embedded migrations", Some(e)))?;
+        let mut out: Vec<MigrationStatus> = embedded
+            .iter()
+            .map(|m| {
+                let version = m.name().version().to_string();
+                let state = match applied.remove(&version) {
+                    Some(run_on) => MigrationState::Applied { run_on },
+                    None => MigrationState::Pending,
+                };
+                MigrationStatus {
+                    version,
+                    name: Some(m.name().to_string()),
+                    state,
+                }
+            })
+            .collect();
+        out.extend(
+            applied
+                .into_iter()
+                .map(|(version, run_on)| MigrationStatus {
+                    version,
+                    name: None,
+                    state: MigrationState::AppliedByNewerRelease { run_on },
+                }),
+        );
+        out.sort_by(|a, b| a.version.cmp(&b.version));
+        Ok(out)
+    })
+    .await
+}

@@ -32,7 +32,12 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create the database if it does not exist and apply pending migrations (idempotent).
-    Migrate,
+    Migrate {
+        /// Only list the migrations, applied (and when) or pending, and any version a newer
+        /// release applied; creates and applies nothing.
+        #[arg(long)]
+        status: bool,
+    },
     /// Run a node: claim, build and commit Briefs until SIGTERM or Ctrl-C.
     Run,
     /// Play the seed article's three scenes on a fresh database of its own, narrated.
@@ -151,13 +156,17 @@ pub fn exit_code(e: &Error) -> i32 {
 /// Runs a ledger command to completion. `run` and `demo` are dispatched by the binary.
 pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
     let url = settings.database.url.expose().to_owned();
-    if let Command::Migrate = command {
-        return migrate(&url).await;
+    if let Command::Migrate { status } = command {
+        return if status {
+            migrate_status(&url).await
+        } else {
+            migrate(&url).await
+        };
     }
     let pool = db::connect(&db::PoolOptions::from(&settings.database).size(2)).await?;
     let mut conn = pool.get().await?;
     match command {
-        Command::Migrate => unreachable!("handled above"),
+        Command::Migrate { .. } => unreachable!("handled above"),
         Command::Run | Command::Demo => {
             return Err(Error::InvalidInput(
                 "`run` needs the actor system: call surface::run::run".into(),
@@ -214,6 +223,55 @@ async fn migrate(url: &str) -> Result<()> {
         applied.len()
     );
     Ok(())
+}
+
+/// `migrate --status`: every migration of this binary, applied (when) or pending, and any
+/// version the database has that this binary does not know. Reads only.
+async fn migrate_status(url: &str) -> Result<()> {
+    let status = db::migrate::status(url).await?;
+    let name = db::admin::split_url(url)?.0;
+    print!("{}", render_migration_status(&name, &status));
+    Ok(())
+}
+
+/// The text of `briefrail migrate --status`: a summary line, then one line per migration.
+pub fn render_migration_status(database: &str, status: &[db::migrate::MigrationStatus]) -> String {
+    use db::migrate::MigrationState as S;
+    use std::fmt::Write;
+    let count = |f: fn(&S) -> bool| status.iter().filter(|m| f(&m.state)).count();
+    let applied = count(|s| matches!(s, S::Applied { .. }));
+    let pending = count(|s| matches!(s, S::Pending));
+    let newer = count(|s| matches!(s, S::AppliedByNewerRelease { .. }));
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "database {database}: {applied} applied, {pending} pending"
+    );
+    if newer > 0 {
+        let _ = write!(out, ", {newer} applied by a newer release");
+    }
+    out.push('\n');
+    for m in status {
+        let name = m.name.as_deref().unwrap_or("-");
+        let when = |t: &chrono::NaiveDateTime| t.format("%Y-%m-%d %H:%M:%S").to_string();
+        let _ = match &m.state {
+            S::Applied { run_on } => writeln!(out, "applied  {name}  (run on {})", when(run_on)),
+            S::Pending => writeln!(out, "pending  {name}  (`briefrail migrate` applies it)"),
+            S::AppliedByNewerRelease { run_on } => writeln!(
+                out,
+                "newer    {}  (run on {}; not in this binary: a newer release migrated, fine during a rolling upgrade)",
+                m.version,
+                when(run_on)
+            ),
+        };
+    }
+    if pending > 0 {
+        let _ = writeln!(
+            out,
+            "{pending} pending: nodes of this binary refuse to start until `briefrail migrate` applies them"
+        );
+    }
+    out
 }
 
 /// The text of `document add`: the `--file`'s contents, else `--text`.
