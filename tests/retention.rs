@@ -544,9 +544,10 @@ async fn zero_keeps_everything() {
     node.shutdown().await;
 }
 
-/// The plan of `ops.<function>`'s body for these arguments: the body (a SQL function's
+/// The plan of `ops.<function>`'s body as the function runs it: the body (a SQL function's
 /// `prosrc`, read from the database, so it is the live one) prepared with its parameters as
-/// `$n`, then `EXPLAIN EXECUTE`.
+/// `$n`, then `EXPLAIN EXECUTE` of the *generic* plan, which is what a SQL function gets (it
+/// is planned for any arguments: a plan for these values could hide a scan).
 async fn plan_of(c: &mut AsyncPgConnection, function: &str, args: &str) -> String {
     #[derive(diesel::QueryableByName)]
     struct Src {
@@ -577,6 +578,9 @@ async fn plan_of(c: &mut AsyncPgConnection, function: &str, args: &str) -> Strin
         body = body.replace(name, &format!("${}", i + 1));
     }
     let stmt = format!("q_{function}");
+    c.batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
     c.batch_execute(&format!("PREPARE {stmt}({}) AS {body}", src.types))
         .await
         .unwrap_or_else(|e| panic!("prepare ops.{function}: {e}\n{body}"));

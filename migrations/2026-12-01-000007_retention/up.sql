@@ -7,6 +7,11 @@
 -- Every function removes at most p_limit rows in one statement, oldest first, skipping rows
 -- another transaction holds (SKIP LOCKED): no pass waits on a build, and no pass holds a lock
 -- longer than one small statement. Times are the ledger clock, like every other deadline.
+-- A SQL function is planned once for any arguments (a generic plan, which guesses a third of
+-- a table for a LIMIT it cannot see): so each removal names its rows as an array of keys
+-- (`= ANY (ARRAY(...))`), which is always an index lookup, never a join the planner could
+-- turn into a scan of ten million rows. The generic plan's guesses also cost it past
+-- jit_above_cost, and compiling it would take longer than the statement runs: jit is off.
 
 -- The newest fact retention removed (its outbox row's created_at). A nudge for an event id the
 -- outbox no longer holds, whose message says it occurred no later than this, is a late copy of
@@ -25,7 +30,7 @@ CREATE TABLE ops.retention_horizon (
 -- row, so removing the event loses nothing a Brief needs.
 CREATE OR REPLACE FUNCTION ops.prune_events(p_consumer text, p_older_than_secs double precision,
                                             p_limit integer)
-RETURNS TABLE (events bigint, inbox_rows bigint) LANGUAGE sql VOLATILE AS $$
+RETURNS TABLE (events bigint, inbox_rows bigint) LANGUAGE sql VOLATILE SET jit = off AS $$
     WITH doomed AS (
         SELECT e.event_id
           FROM ops.domain_event_outbox e
@@ -36,12 +41,12 @@ RETURNS TABLE (events bigint, inbox_rows bigint) LANGUAGE sql VOLATILE AS $$
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), gone AS (
-        DELETE FROM ops.domain_event_outbox o USING doomed d
-         WHERE o.event_id = d.event_id
+        DELETE FROM ops.domain_event_outbox o
+         WHERE o.event_id = ANY (ARRAY(SELECT d.event_id FROM doomed d))
         RETURNING o.event_id, o.created_at
     ), inbox AS (
-        DELETE FROM ops.consumed_events c USING gone g
-         WHERE c.event_id = g.event_id
+        DELETE FROM ops.consumed_events c
+         WHERE c.event_id = ANY (ARRAY(SELECT g.event_id FROM gone g))
         RETURNING 1
     ), horizon AS (
         INSERT INTO ops.retention_horizon AS h (events_removed_through)
@@ -58,7 +63,7 @@ $$;
 -- run still open. The claim's identity lives on the job row (claimed_generation,
 -- claimed_run_id), so no fence reads an old run.
 CREATE OR REPLACE FUNCTION ops.prune_runs(p_older_than_secs double precision, p_limit integer)
-RETURNS bigint LANGUAGE sql VOLATILE AS $$
+RETURNS bigint LANGUAGE sql VOLATILE SET jit = off AS $$
     WITH doomed AS (
         SELECT r.run_id
           FROM ops.matter_frame_runs r
@@ -71,8 +76,8 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), gone AS (
-        DELETE FROM ops.matter_frame_runs r USING doomed d
-         WHERE r.run_id = d.run_id
+        DELETE FROM ops.matter_frame_runs r
+         WHERE r.run_id = ANY (ARRAY(SELECT d.run_id FROM doomed d))
         RETURNING 1
     )
     SELECT count(*) FROM gone
@@ -87,26 +92,38 @@ $$;
 CREATE OR REPLACE FUNCTION ops.prune_frames(p_keep integer, p_young_secs double precision,
                                             p_after_firm uuid, p_after_matter uuid,
                                             p_matters integer)
-RETURNS TABLE (frames bigint, last_firm uuid, last_matter uuid) LANGUAGE sql VOLATILE AS $$
+RETURNS TABLE (frames bigint, last_firm uuid, last_matter uuid) LANGUAGE sql VOLATILE SET jit = off
+AS $$
     WITH visited AS (
         SELECT j.firm_id, j.matter_id
           FROM ops.matter_frame_jobs j
          WHERE (j.firm_id, j.matter_id) > (p_after_firm, p_after_matter)
          ORDER BY j.firm_id, j.matter_id
          LIMIT p_matters
-    ), cut AS (
-        SELECT v.firm_id, v.matter_id, k.generation AS oldest_kept
+    ), young AS MATERIALIZED (
+        -- Read once: a frame landed after this is kept.
+        SELECT ops.now() - make_interval(secs => p_young_secs) AS since
+    ), doomed AS (
+        -- Per visited matter, by its key: its p_keep-th newest frame, then every older one.
+        -- OFFSET 0 keeps the second lookup per matter (an index range), instead of a join the
+        -- planner could turn into a scan of every frame.
+        SELECT f.ctid AS frame
           FROM visited v
          CROSS JOIN LATERAL (
-               SELECT f.generation FROM ops.matter_frames f
-                WHERE f.firm_id = v.firm_id AND f.matter_id = v.matter_id
-                ORDER BY f.generation DESC
-               OFFSET greatest(p_keep, 1) - 1 LIMIT 1) k
+               SELECT k.generation FROM ops.matter_frames k
+                WHERE k.firm_id = v.firm_id AND k.matter_id = v.matter_id
+                ORDER BY k.generation DESC
+               OFFSET greatest(p_keep, 1) - 1 LIMIT 1) oldest_kept
+         CROSS JOIN LATERAL (
+               SELECT o.ctid FROM ops.matter_frames o
+                WHERE o.firm_id = v.firm_id AND o.matter_id = v.matter_id
+                  AND o.generation < oldest_kept.generation
+                  AND o.created_at < (SELECT y.since FROM young y)
+               OFFSET 0) f
     ), gone AS (
-        DELETE FROM ops.matter_frames f USING cut c
-         WHERE f.firm_id = c.firm_id AND f.matter_id = c.matter_id
-           AND f.generation < c.oldest_kept
-           AND f.created_at < ops.now() - make_interval(secs => p_young_secs)
+        -- By row address: frames are never updated, so the address read above is the row.
+        DELETE FROM ops.matter_frames f
+         WHERE f.ctid = ANY (ARRAY(SELECT d.frame FROM doomed d))
         RETURNING 1
     ), last AS (
         SELECT v.firm_id, v.matter_id FROM visited v

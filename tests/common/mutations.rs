@@ -357,8 +357,8 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "prune_frames",
                     &[(
-                        "AND f.generation < c.oldest_kept",
-                        "AND f.generation <= c.oldest_kept",
+                        "AND o.generation < oldest_kept.generation",
+                        "AND o.generation <= oldest_kept.generation",
                     )],
                 )
             },
@@ -373,7 +373,7 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "prune_frames",
                     &[(
-                        "\n           AND f.created_at < ops.now() - make_interval(secs => p_young_secs)",
+                        "\n                  AND o.created_at < (SELECT y.since FROM young y)",
                         "",
                     )],
                 )

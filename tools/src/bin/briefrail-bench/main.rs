@@ -431,13 +431,20 @@ async fn retention_section(
         &format!("{}_retention", admin::split_url(server)?.0),
     )?;
     let name = admin::split_url(&url)?.0;
-    admin::drop_database(server, &name).await?;
+    // BRIEFRAIL_BENCH_KEEP=1 keeps the loaded database for the next run (loading 10,000,000
+    // rows of each kind takes minutes); a kept database of that size is used as it is.
+    let keep = std::env::var("BRIEFRAIL_BENCH_KEEP").is_ok_and(|v| v == "1");
+    if !keep {
+        admin::drop_database(server, &name).await?;
+    }
     admin::create_database_if_missing(&url).await?;
     db::migrate::run_pending(&url).await?;
     let pool = db::connect(&db::PoolOptions::new(url.clone()).size(12)).await?;
     let figures = retention::at_scale(&url, &pool, rows, Duration::from_secs(20)).await;
     drop(pool);
-    admin::drop_database(server, &name).await?;
+    if !keep {
+        admin::drop_database(server, &name).await?;
+    }
     results.insert("retention".into(), figures?);
     Ok(())
 }
