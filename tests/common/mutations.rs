@@ -338,6 +338,20 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
+            name: "prune_events_joins_its_batch",
+            breaks: "retention: every statement uses its index (a join is planned as a scan)",
+            sql: || {
+                patched(
+                    "prune_events",
+                    &[(
+                        "DELETE FROM ops.domain_event_outbox o\n         WHERE o.event_id = ANY (ARRAY(SELECT d.event_id FROM doomed d))",
+                        "DELETE FROM ops.domain_event_outbox o USING doomed d\n         WHERE o.event_id = d.event_id",
+                    )],
+                )
+            },
+            killers: &["retention::every_retention_statement_uses_its_index_at_a_million_rows"],
+        },
+        Mutation {
             name: "prune_runs_takes_the_latest_run",
             breaks: "retention: each matter's latest run is kept",
             sql: || {

@@ -181,11 +181,11 @@ pub async fn at_scale(
         s.retention.events_days = 30.0;
         s.retention.runs_days = 30.0;
         s.retention.frames_keep = 0;
-        s.retention.batch = 1000;
         // The pass stops at its budget: the window.
         s.retention.interval_seconds = window.as_secs_f64();
     })
     .await?;
+    let nd_batch = nd.context().settings.retention.batch;
     let started = Instant::now();
     let (pass, beside) = tokio::join!(nd.retain_now(), cycles(pool, conns, &matters, window));
     let (pass, (beside, beside_slowest)) = (pass?, beside?);
@@ -209,6 +209,12 @@ pub async fn at_scale(
         "  slowest claim→commit cycle, ms (pass beside vs alone)".into(),
         format!("{beside_slowest:.1}"),
         format!("{alone_slowest:.1}"),
+        String::new(),
+    );
+    row(
+        "  median retention statement, ms".into(),
+        format!("{:.1}", pass.median_statement.as_secs_f64() * 1e3),
+        String::new(),
         String::new(),
     );
     row(
@@ -238,6 +244,8 @@ pub async fn at_scale(
         "claim_commit_per_s": {"during_pass": beside, "alone": alone, "ratio": ratio},
         "slowest_cycle_ms": {"during_pass": beside_slowest, "alone": alone_slowest},
         "longest_statement_ms": longest,
+        "median_statement_ms": pass.median_statement.as_secs_f64() * 1e3,
+        "batch": nd_batch,
         "statements": pass.statements,
         "removed": {"events": pass.events, "inbox_rows": pass.inbox_rows, "runs": pass.runs},
         "removed_per_s": removed as f64 / pass_secs,
