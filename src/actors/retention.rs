@@ -1,23 +1,24 @@
 //! Retention passes, run by the sweeper on their own timer (`retention.interval_seconds`):
 //! events, then runs, then frames, each in statements of `retention.batch` rows
 //! ([`crate::ledger::retention`]). Every statement is its own short transaction, and after
-//! each the pass rests as long as the statement took, so pruning a large backlog takes at most
-//! half of one connection's time and never a long lock. A pass stops after
-//! `retention.interval_seconds` of work; the next goes on where it stopped (the frame walk
-//! keeps its place in [`Retention`]).
+//! each the pass rests [`REST`] times as long as the statement took, so pruning a large
+//! backlog takes at most a quarter of one connection's time (and of the WAL it writes) and
+//! never a long lock. A pass stops after `retention.interval_seconds` of work, shared equally
+//! by the kinds it removes (a large backlog of one never starves another); the next goes on
+//! where it stopped (the frame walk keeps its place in [`Retention`]).
 
 use std::time::{Duration, Instant};
+
+use super::context::NodeContext;
+use crate::error::Result;
+use crate::ledger::retention as r;
+use crate::ledger::{MatterRef, inbox::BRIEF_RAIL};
 
 /// How many times a statement's own duration the pass rests after it. Measured in the
 /// benchmark: resting as long as the statement (half the time busy) removed 44,000 rows/s of a
 /// 10,000,000-row backlog but cost the claims and commits beside it a third of their rate
 /// (deletes write much WAL, and every commit waits for its flush).
 pub const REST: u32 = 3;
-
-use super::context::NodeContext;
-use crate::error::Result;
-use crate::ledger::retention as r;
-use crate::ledger::{MatterRef, inbox::BRIEF_RAIL};
 
 /// What one pass removed, and the longest statement it ran (the longest any row lock was held).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub struct RetentionReport {
     pub frames: i64,
     pub statements: u32,
     pub median_statement: Duration,
+    /// The 99th percentile: what a row lock's lifetime stays under but for rare disk stalls.
+    pub p99_statement: Duration,
     pub longest_statement: Duration,
     /// Whether the pass stopped at its time budget with more left to remove.
     pub unfinished: bool,
@@ -44,30 +47,41 @@ impl Retention {
     /// what it removed.
     pub async fn pass(&mut self, node: &NodeContext) -> Result<RetentionReport> {
         let policy = &node.settings.retention;
-        let budget = Duration::from_secs_f64(policy.interval_seconds);
+        let kinds = [
+            policy.events_after().is_some(),
+            policy.runs_after().is_some(),
+            policy.frames_kept().is_some(),
+        ];
+        // Each kind gets its share of the pass, so a large backlog of one never starves another.
+        let share = Duration::from_secs_f64(policy.interval_seconds)
+            / kinds.iter().filter(|k| **k).count().max(1) as u32;
         let mut pass = Pass {
             node,
             batch: policy.batch,
             started: Instant::now(),
-            budget,
+            budget: share,
             report: RetentionReport::default(),
             took: Vec::new(),
         };
         if let Some(age) = policy.events_after() {
+            pass.started = Instant::now();
             pass.events(age).await?;
         }
         if let Some(age) = policy.runs_after() {
+            pass.started = Instant::now();
             pass.runs(age).await?;
         }
         if let Some(keep) = policy.frames_kept() {
+            pass.started = Instant::now();
             self.frames_after = pass.frames(keep, self.frames_after).await?;
         }
         pass.took.sort();
-        pass.report.median_statement = pass
-            .took
-            .get(pass.took.len() / 2)
-            .copied()
-            .unwrap_or_default();
+        let at = |q: f64| {
+            let i = ((pass.took.len() as f64 - 1.0) * q).round() as usize;
+            pass.took.get(i).copied().unwrap_or_default()
+        };
+        pass.report.median_statement = at(0.5);
+        pass.report.p99_statement = at(0.99);
         let rep = pass.report;
         let c = &node.metrics.counters;
         c.retention_events_removed.inc_by(rep.events as u64);
@@ -81,6 +95,7 @@ impl Retention {
             frames = rep.frames,
             statements = rep.statements,
             median_statement_ms = rep.median_statement.as_secs_f64() * 1e3,
+            p99_statement_ms = rep.p99_statement.as_secs_f64() * 1e3,
             longest_statement_ms = rep.longest_statement.as_secs_f64() * 1e3,
             unfinished = rep.unfinished,
             "retention pass"
@@ -93,6 +108,7 @@ impl Retention {
 struct Pass<'a> {
     node: &'a NodeContext,
     batch: u32,
+    /// When the current kind began, and its share of the pass.
     started: Instant,
     budget: Duration,
     report: RetentionReport,

@@ -217,6 +217,13 @@ pub async fn at_scale(
         String::new(),
         String::new(),
     );
+    let p99 = pass.p99_statement.as_secs_f64() * 1e3;
+    row(
+        "  p99 retention statement, ms".into(),
+        format!("{p99:.1}"),
+        "< 100".into(),
+        if p99 < 100.0 { "ok" } else { "LONG" }.into(),
+    );
     row(
         "  longest retention statement (its locks' lifetime), ms".into(),
         format!("{longest:.1}"),
@@ -245,6 +252,7 @@ pub async fn at_scale(
         "slowest_cycle_ms": {"during_pass": beside_slowest, "alone": alone_slowest},
         "longest_statement_ms": longest,
         "median_statement_ms": pass.median_statement.as_secs_f64() * 1e3,
+        "p99_statement_ms": p99,
         "batch": nd_batch,
         "statements": pass.statements,
         "removed": {"events": pass.events, "inbox_rows": pass.inbox_rows, "runs": pass.runs},
