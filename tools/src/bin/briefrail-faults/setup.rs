@@ -312,25 +312,39 @@ pub async fn drain_dead_letters(w: &World) -> Result<Vec<DeadLetter>, String> {
 }
 
 /// Messages still in the trigger queue once everything is served (ready or unacknowledged).
+/// A message may be in flight at quiescence (a duplicate delivery being applied, a late
+/// republication): stranded means it stays, so the queue is asked again each second for up to
+/// 30 s, and only what is still there then is reported.
 pub async fn stranded(w: &World) -> Vec<String> {
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let q = Topology::new(&w.prefix).trigger_queue;
-    match w
-        .broker
-        .ctl(0, &["list_queues", "-q", "name", "messages"])
-        .await
-    {
-        Ok(out) => out
-            .lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                (f.next() == Some(q.as_str())).then(|| f.next().unwrap_or("?").to_owned())
-            })
-            .filter(|n| n != "0")
-            .map(|n| format!("{n} messages left in {q}"))
-            .collect(),
-        Err(e) => vec![format!("cannot list the queues: {e}")],
+    let mut left = Vec::new();
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        left = match w
+            .broker
+            .ctl(0, &["list_queues", "-q", "name", "messages_ready", "messages_unacknowledged"])
+            .await
+        {
+            Ok(out) => out
+                .lines()
+                .filter_map(|l| {
+                    let mut f = l.split_whitespace();
+                    if f.next() != Some(q.as_str()) {
+                        return None;
+                    }
+                    let (ready, unacked) = (f.next().unwrap_or("?"), f.next().unwrap_or("?"));
+                    (ready != "0" || unacked != "0").then(|| {
+                        format!("{ready} ready and {unacked} unacknowledged messages left in {q} after 30 s")
+                    })
+                })
+                .collect(),
+            Err(e) => vec![format!("cannot list the queues: {e}")],
+        };
+        if left.is_empty() {
+            break;
+        }
     }
+    left
 }
 
 pub async fn tear_down(w: World, keep: bool) {
