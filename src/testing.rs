@@ -120,18 +120,24 @@ pub async fn ledger_clock_offset(conn: &mut AsyncPgConnection) -> Result<std::ti
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let (server, name) = (server_url(), self.name.clone());
-        // Drop runs inside the test's runtime; a thread with its own runtime may block.
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                let _ = rt.block_on(admin::drop_database(&server, &name));
-            }
-        })
-        .join();
+        drop_database_now(&self.name);
     }
+}
+
+/// Drops database `name` on the test server, terminating its connections, from any context
+/// (a `Drop` inside a test's runtime, where blocking on the runtime itself would panic: a
+/// thread with its own runtime may block). Errors are ignored: this is clean-up.
+pub fn drop_database_now(name: &str) {
+    let (server, name) = (server_url(), name.to_owned());
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            let _ = rt.block_on(admin::drop_database(&server, &name));
+        }
+    })
+    .join();
 }
 
 fn migrations_hash() -> u64 {

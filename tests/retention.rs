@@ -272,14 +272,11 @@ async fn land(db: &TestDb, firm: Uuid, matter: Uuid) -> Claim {
 }
 
 async fn runs_of(c: &mut AsyncPgConnection, matter: Uuid) -> BTreeSet<Uuid> {
-    diesel::sql_query("SELECT run_id AS id FROM ops.matter_frame_runs WHERE matter_id = $1")
-        .bind::<SqlUuid, _>(matter)
-        .load::<Id>(c)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect()
+    ids(
+        c,
+        &format!("SELECT run_id AS id FROM ops.matter_frame_runs WHERE matter_id = '{matter}'"),
+    )
+    .await
 }
 
 #[tokio::test]

@@ -313,16 +313,7 @@ impl OwnDatabase {
 
 impl Drop for OwnDatabase {
     fn drop(&mut self) {
-        let (server, name) = (server_url(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                let _ = rt.block_on(admin::drop_database(&server, &name));
-            }
-        })
-        .join();
+        briefrail::testing::drop_database_now(&self.name);
     }
 }
 
