@@ -1302,6 +1302,113 @@ async fn a_covered_demand_still_restarts_the_retries_of_a_failing_matter() {
     );
 }
 
+/// The trigger in batches (`inbox::apply_batch`, `ops.apply_events`): each message of a batch
+/// decides for itself, the same event twice in one batch counts once, a refusal stops nothing
+/// else, and the batch applied again has no second effect.
+#[tokio::test]
+async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
+    use briefrail::ledger::inbox::{self, Applied, BRIEF_RAIL, EventEnvelope};
+    use briefrail::ledger::outbox;
+    let db = TestDb::new(2).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let firm = Uuid::new_v4();
+    let (live, gone, unknown) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let created = facts::create_matter(&mut c, firm, live, "Live v. Batch")
+        .await
+        .unwrap();
+    facts::create_matter(&mut c, firm, gone, "Gone v. Batch")
+        .await
+        .unwrap();
+    let archived = facts::archive_matter(&mut c, firm, gone).await.unwrap();
+    let on_unknown = outbox::record_event(
+        &mut c,
+        &outbox::NewEvent::new(firm, unknown, "brief.requested").unwrap(),
+    )
+    .await
+    .unwrap();
+    let pool = db.pool.clone();
+    let envelope = |id: Uuid| {
+        let pool = pool.clone();
+        async move {
+            let mut c = pool.get().await.unwrap();
+            outbox::event(&mut c, id).await.unwrap().unwrap().envelope()
+        }
+    };
+    let (e_live, e_archived, e_unknown) = (
+        envelope(created).await,
+        envelope(archived).await,
+        envelope(on_unknown).await,
+    );
+    let mut lying = e_live.clone();
+    lying.matter_id = gone;
+    let forged = EventEnvelope {
+        event_id: Uuid::new_v4(),
+        ..e_live.clone()
+    };
+    let batch = vec![
+        e_live.clone(),
+        e_live.clone(),
+        e_archived.clone(),
+        e_unknown.clone(),
+        lying,
+        forged,
+    ];
+    let first = inbox::apply_batch(&mut c, BRIEF_RAIL, &batch)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), batch.len(), "{first:?}");
+    assert!(
+        matches!(&first[0], Applied::Demand { requested_generation: 1, fact } if fact.matter_id == live),
+        "the live matter's event records its demand: {:?}",
+        first[0]
+    );
+    assert_eq!(first[1], Applied::Duplicate, "its second copy in the batch");
+    assert!(
+        matches!(&first[2], Applied::NotHeard(_)),
+        "matter.archived is not heard: {:?}",
+        first[2]
+    );
+    assert!(
+        matches!(&first[3], Applied::Gated(r) if r.contains("not in the record")),
+        "{:?}",
+        first[3]
+    );
+    assert!(
+        matches!(&first[4], Applied::Refused(r) if r.contains("matter_id")),
+        "a message that disagrees with its row: {:?}",
+        first[4]
+    );
+    assert!(
+        matches!(&first[5], Applied::Refused(r) if r.contains("not in the ledger's outbox")),
+        "{:?}",
+        first[5]
+    );
+    let again = inbox::apply_batch(&mut c, BRIEF_RAIL, &batch[..4])
+        .await
+        .unwrap();
+    assert!(
+        again.iter().all(|a| *a == Applied::Duplicate),
+        "the batch applied again has no second effect: {again:?}"
+    );
+    let job = reads::job(&mut c, firm, live).await.unwrap().unwrap();
+    assert_eq!(job.requested_generation, 1, "{job:?}");
+    // A demand on an archived matter is gated, not recorded.
+    let late = facts::request_brief(&mut c, firm, live).await.unwrap();
+    facts::archive_matter(&mut c, firm, live).await.unwrap();
+    let gated = inbox::apply_batch(&mut c, BRIEF_RAIL, &[envelope(late).await])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&gated[0], Applied::Gated(r) if r.contains("archived")),
+        "{gated:?}"
+    );
+    let job = reads::job(&mut c, firm, live).await.unwrap().unwrap();
+    assert_eq!(
+        job.requested_generation, 1,
+        "an archived matter's demand adds nothing: {job:?}"
+    );
+}
+
 /// The mutation controls (`tests/common/mutations.rs`): every deliberate bug in the live SQL
 /// that names a killer in this binary makes each of those killers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1309,9 +1416,14 @@ async fn every_planted_bug_fails_a_guarantee_test() {
     common::mutations::assert_caught("ledger").await;
 }
 
-/// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` and then cuts
-/// the connection without returning the server's answer: the commit happened, the client only
-/// sees a lost connection (the fault catalogue's "commit outcome unknown").
+/// What a frame's body carries for [`commit_cutting_proxy`] to cut the answer of its
+/// one-statement commit.
+const LOST: &[u8] = b"answer-lost";
+
+/// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` (or the next
+/// message carrying [`LOST`]) and then cuts the connection without returning the server's
+/// answer: the commit happened, the client only sees a lost connection (the fault catalogue's
+/// "commit outcome unknown").
 async fn commit_cutting_proxy() -> (
     u16,
     Arc<std::sync::atomic::AtomicBool>,
@@ -1342,7 +1454,11 @@ async fn commit_cutting_proxy() -> (
                         if n == 0 {
                             return;
                         }
-                        let commit = buf[..n].windows(6).any(|w| w == b"COMMIT");
+                        // The message whose lost answer hides a commit: COMMIT, or the
+                        // execution of the one-statement commit of a frame with no extra
+                        // writes, recognised by the marker its body carries (its Bind).
+                        let commit = buf[..n].windows(6).any(|w| w == b"COMMIT")
+                            || buf[..n].windows(LOST.len()).any(|w| w == LOST);
                         if commit && armed.swap(false, Ordering::SeqCst) {
                             // From now on the server's answers go nowhere.
                             mute.store(true, Ordering::SeqCst);
@@ -1400,9 +1516,14 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     // A plain landing: the COMMIT happens, its answer is lost; the ledger says it landed.
     let claim = won(&db, firm, matter).await;
     armed.store(true, Ordering::SeqCst);
-    let landed = t::commit(&through_proxy, &claim, NODE, &Frame::new(json!({"n": 1})))
-        .await
-        .expect("settled from the ledger, not reported as a failure");
+    let landed = t::commit(
+        &through_proxy,
+        &claim,
+        NODE,
+        &Frame::new(json!({"n": 1, "mark": "answer-lost"})),
+    )
+    .await
+    .expect("settled from the ledger, not reported as a failure");
     assert_eq!(
         std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
         1,
@@ -1419,9 +1540,14 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     let claim = won(&db, firm, matter).await;
     t::demand(&mut c, firm, matter).await.unwrap();
     armed.store(true, Ordering::SeqCst);
-    let landed = t::commit(&through_proxy, &claim, NODE, &Frame::new(json!({"n": 2})))
-        .await
-        .expect("settled from the ledger");
+    let landed = t::commit(
+        &through_proxy,
+        &claim,
+        NODE,
+        &Frame::new(json!({"n": 2, "mark": "answer-lost"})),
+    )
+    .await
+    .expect("settled from the ledger");
     assert_eq!(
         std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
         2
@@ -1431,6 +1557,29 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     };
     assert_eq!(job(&db, firm, matter).await.claimed_generation, next.token);
     assert_eq!(commit(&db, &next).await.unwrap(), Landed::Idle);
+
+    // A frame with extra writes commits as a transaction: its COMMIT's answer is lost.
+    let claim = won(&db, firm, matter).await;
+    armed.store(true, Ordering::SeqCst);
+    let extra: briefrail::ledger::ExtraWrites = Box::new(|_, _| Box::pin(async { Ok(()) }));
+    let landed = t::commit(
+        &through_proxy,
+        &claim,
+        NODE,
+        &Frame::new(json!({"n": 3})).with_extra(extra),
+    )
+    .await
+    .expect("settled from the ledger");
+    assert_eq!(
+        std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
+        3
+    );
+    assert_eq!(landed, Landed::Idle);
+    let frame = reads::frame_meta(&mut c, firm, matter, claim.token)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(frame.run_id, claim.run_id);
 }
 
 /// A retried commit whose earlier attempt landed (its answer lost at COMMIT) is settled by the

@@ -162,7 +162,7 @@ impl Handler<RunBuild> for BuilderActor {
             slot,
             reply,
         } = msg;
-        let span = tracing::info_span!("build", firm_id = %claim.firm_id, matter_id = %claim.matter_id,
+        let span = tracing::info_span!(parent: None, "build", firm_id = %claim.firm_id, matter_id = %claim.matter_id,
                                        token = claim.token, run_id = %claim.run_id, node_id = %env.node_id,
                                        trace_id = trace_id.as_deref().unwrap_or(""));
         let fut = async move {

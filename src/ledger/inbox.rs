@@ -8,15 +8,17 @@
 //! id *from the row*. A duplicate delivery finds its inbox row and has no second effect. The
 //! transport acks only after this commits.
 
+use std::collections::HashMap;
+
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::event_name::EventName;
 use super::models::OutboxRow;
-use super::{outbox, retention, transitions};
+use super::{outbox, retention};
 use crate::error::Result;
-use crate::schema::{ops, record};
+use crate::schema::ops;
 
 pub use super::models::BRIEF_RAIL;
 
@@ -129,107 +131,173 @@ fn disagreement(wire: &EventEnvelope, row: &OutboxRow) -> Option<String> {
     })
 }
 
-/// The trigger for a message from the wire, in one transaction: look the event up by id,
-/// refuse a message the ledger does not confirm, then [`apply_row`].
+/// The trigger for a message from the wire, in one transaction: [`apply_batch`] of one.
 pub async fn apply(
     conn: &mut AsyncPgConnection,
     consumer: &str,
     wire: &EventEnvelope,
 ) -> Result<Applied> {
-    EventName::parse(&wire.event_name)?;
+    let mut one = apply_batch(conn, consumer, std::slice::from_ref(wire)).await?;
+    one.pop()
+        .ok_or_else(|| crate::Error::internal("a batch of one applied nothing"))
+}
+
+/// The trigger for a batch of messages from the wire, in one transaction, one result per
+/// message in their order: read every event's outbox row by id (one statement); refuse each
+/// message the ledger does not confirm (no row, or a field that disagrees with it), or call it
+/// expired (a late copy of an event retention removed); then [`apply_rows`] the confirmed ones
+/// (one statement). A refusal changes nothing and does not stop the others. The same event
+/// twice in one batch is applied once: its second copy is a duplicate.
+pub async fn apply_batch(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    wires: &[EventEnvelope],
+) -> Result<Vec<Applied>> {
     let consumer = consumer.to_owned();
-    let wire = wire.clone();
+    let wires = wires.to_vec();
     conn.transaction(async move |tx| {
-        let Some(row) = outbox::event(tx, wire.event_id).await? else {
-            let id = wire.event_id;
-            return Ok(
-                if retention::removed_by_retention(tx, wire.occurred_at).await? {
-                    Applied::Expired(format!(
-                        "event {id} is no longer in the outbox: retention removed the events \
-                     that occurred by then"
-                    ))
-                } else {
-                    Applied::Refused(format!("event {id} is not in the ledger's outbox"))
-                },
-            );
-        };
-        if let Some(why) = disagreement(&wire, &row) {
-            return Ok(Applied::Refused(why));
+        let ids: Vec<Uuid> = wires.iter().map(|w| w.event_id).collect();
+        let rows: HashMap<Uuid, OutboxRow> = outbox::events(tx, &ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.event_id, r))
+            .collect();
+        let mut out: Vec<Option<Applied>> = vec![None; wires.len()];
+        let mut confirmed: Vec<OutboxRow> = Vec::new();
+        let mut first_copy: HashMap<Uuid, usize> = HashMap::new();
+        for (i, wire) in wires.iter().enumerate() {
+            if let Err(e) = EventName::parse(&wire.event_name) {
+                out[i] = Some(Applied::Refused(e.to_string()));
+                continue;
+            }
+            let Some(row) = rows.get(&wire.event_id) else {
+                let id = wire.event_id;
+                out[i] = Some(
+                    if retention::removed_by_retention(tx, wire.occurred_at).await? {
+                        Applied::Expired(format!(
+                            "event {id} is no longer in the outbox: retention removed the \
+                             events that occurred by then"
+                        ))
+                    } else {
+                        Applied::Refused(format!("event {id} is not in the ledger's outbox"))
+                    },
+                );
+                continue;
+            };
+            if let Some(why) = disagreement(wire, row) {
+                out[i] = Some(Applied::Refused(why));
+            } else if first_copy.contains_key(&row.event_id) {
+                out[i] = Some(Applied::Duplicate);
+            } else {
+                first_copy.insert(row.event_id, i);
+                confirmed.push(row.clone());
+            }
         }
-        apply_row(tx, &consumer, &row).await
+        for (row, applied) in confirmed
+            .iter()
+            .zip(apply_rows(tx, &consumer, &confirmed).await?)
+        {
+            out[first_copy[&row.event_id]] = Some(applied);
+        }
+        out.into_iter()
+            .map(|a| {
+                a.ok_or_else(|| crate::Error::internal("a message of the batch has no result"))
+            })
+            .collect()
     })
     .await
 }
 
 /// The trigger for an event read from the ledger itself (the embedded transport, or [`apply`]
-/// after its check): inbox row, gates, demand. Call inside a transaction.
+/// after its check): [`apply_rows`] of one. Call inside a transaction.
 pub async fn apply_row(
     tx: &mut AsyncPgConnection,
     consumer: &str,
     row: &OutboxRow,
 ) -> Result<Applied> {
-    use ops::consumed_events::dsl as c;
-    let fresh = diesel::insert_into(c::consumed_events)
-        .values((c::consumer.eq(consumer), c::event_id.eq(row.event_id)))
-        .on_conflict_do_nothing()
-        .execute(tx)
-        .await?;
-    if fresh == 0 {
-        return Ok(Applied::Duplicate);
+    let mut one = apply_rows(tx, consumer, std::slice::from_ref(row)).await?;
+    one.pop()
+        .ok_or_else(|| crate::Error::internal("a batch of one applied nothing"))
+}
+
+/// One row of `ops.apply_events`.
+#[derive(QueryableByName)]
+struct AppliedEvent {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    event_id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    outcome: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    requested_generation: Option<i64>,
+}
+
+/// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`, next
+/// to this in `migrations/…000009_inbox_in_batches`): for each, the inbox row
+/// `(consumer, event_id)`, the gates, the demand. One result per row, in their order. Call
+/// inside a transaction (the demands' row locks are held until it commits).
+pub async fn apply_rows(
+    tx: &mut AsyncPgConnection,
+    consumer: &str,
+    rows: &[OutboxRow],
+) -> Result<Vec<Applied>> {
+    use diesel::sql_types::{Array, Text, Uuid as SqlUuid};
+    if rows.is_empty() {
+        return Ok(Vec::new());
     }
-    if !hears(&row.event_name) {
-        return Ok(Applied::NotHeard(format!(
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.event_id).collect();
+    let heard: Vec<&str> = HEARD.to_vec();
+    let applied: HashMap<Uuid, AppliedEvent> = diesel::sql_query(
+        "SELECT event_id, outcome, requested_generation FROM ops.apply_events($1, $2, $3)",
+    )
+    .bind::<Text, _>(consumer)
+    .bind::<Array<SqlUuid>, _>(&ids)
+    .bind::<Array<Text>, _>(&heard)
+    .load::<AppliedEvent>(tx)
+    .await?
+    .into_iter()
+    .map(|a| (a.event_id, a))
+    .collect();
+    rows.iter()
+        .map(|row| {
+            let a = applied.get(&row.event_id).ok_or_else(|| {
+                crate::Error::internal(format!("event {} vanished from the outbox", row.event_id))
+            })?;
+            applied_from(row, a)
+        })
+        .collect()
+}
+
+/// What `ops.apply_events` said of `row`, in words an operator reads.
+fn applied_from(row: &OutboxRow, a: &AppliedEvent) -> Result<Applied> {
+    Ok(match (a.outcome.as_str(), a.requested_generation) {
+        ("duplicate", _) => Applied::Duplicate,
+        ("not_heard", _) => Applied::NotHeard(format!(
             "the brief rail does not hear {:?} (it hears {})",
             row.event_name,
             HEARD.join(", ")
-        )));
-    }
-    use record::matters::dsl as m;
-    let archived: Option<Option<chrono::DateTime<chrono::Utc>>> = m::matters
-        .filter(
-            m::firm_id
-                .eq(row.firm_id)
-                .and(m::matter_id.eq(row.matter_id)),
-        )
-        .select(m::archived_at)
-        .first(tx)
-        .await
-        .optional()?;
-    match archived {
-        Some(Some(_)) => {
-            return Ok(Applied::Gated(format!(
-                "matter {} is archived",
-                row.matter_id
+        )),
+        ("archived", _) => Applied::Gated(format!("matter {} is archived", row.matter_id)),
+        ("unknown_matter", _) => {
+            Applied::Gated(format!("matter {} is not in the record", row.matter_id))
+        }
+        ("unknown_firm", _) => Applied::Gated(format!("firm {} is not known", row.firm_id)),
+        ("covered", _) => Applied::Covered,
+        ("demand", Some(requested_generation)) => Applied::Demand {
+            requested_generation,
+            fact: Fact {
+                event_id: row.event_id,
+                firm_id: row.firm_id,
+                matter_id: row.matter_id,
+                traceparent: row.traceparent.clone(),
+            },
+        },
+        (other, g) => {
+            return Err(crate::Error::internal(format!(
+                "ops.apply_events answered {other:?} (generation {g:?}) for event {}",
+                row.event_id
             )));
         }
-        Some(None) => {}
-        None => {
-            let firm_known: bool = diesel::select(diesel::dsl::exists(
-                m::matters.filter(m::firm_id.eq(row.firm_id)),
-            ))
-            .get_result(tx)
-            .await?;
-            return Ok(Applied::Gated(if firm_known {
-                format!("matter {} is not in the record", row.matter_id)
-            } else {
-                format!("firm {} is not known", row.firm_id)
-            }));
-        }
-    }
-    Ok(
-        match transitions::demand_for_event(tx, row.firm_id, row.matter_id, row.xact_id).await? {
-            Some(requested_generation) => Applied::Demand {
-                requested_generation,
-                fact: Fact {
-                    event_id: row.event_id,
-                    firm_id: row.firm_id,
-                    matter_id: row.matter_id,
-                    traceparent: row.traceparent.clone(),
-                },
-            },
-            None => Applied::Covered,
-        },
-    )
+    })
 }
 
 /// Whether `consumer` has consumed `event_id` (reconciliation asks this).

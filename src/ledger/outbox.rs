@@ -305,6 +305,21 @@ pub async fn republish_stranded(
     .await?)
 }
 
+/// The outbox rows of `event_ids` the ledger recorded (any order; an id it did not record has
+/// no row), read `FOR KEY SHARE` like [`event`]: what a batch of nudges is checked against.
+pub async fn events(
+    conn: &mut AsyncPgConnection,
+    event_ids: &[Uuid],
+) -> Result<Vec<super::models::OutboxRow>> {
+    use ops::domain_event_outbox::dsl as o;
+    Ok(o::domain_event_outbox
+        .filter(o::event_id.eq_any(event_ids))
+        .select(super::models::OutboxRow::as_select())
+        .for_key_share()
+        .load(conn)
+        .await?)
+}
+
 /// The outbox row of `event_id`, if the ledger recorded it: what a nudge is checked against.
 /// Read `FOR KEY SHARE`: retention cannot remove the row (and its inbox rows) while the
 /// trigger's transaction uses it, and a row retention is removing is waited for and then

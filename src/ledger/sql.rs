@@ -33,6 +33,11 @@ diesel::define_sql_function! {
     fn insert_frame(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid, body: Text) -> Nullable<Text>;
 }
 diesel::define_sql_function! {
+    #[sql_name = "ops.commit_frame"]
+    fn commit_frame(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid,
+                    next_run_id: SqlUuid, node: Text, body: Text) -> Nullable<BigInt>;
+}
+diesel::define_sql_function! {
     #[sql_name = "ops.start_lease"]
     fn start_lease(firm: SqlUuid, matter: SqlUuid, run_id: SqlUuid) -> Bool;
 }

@@ -1,5 +1,9 @@
 //! Tracing set-up for the binary: `log.format = "pretty" | "json"`, level from `log.level`
 //! (overridden by `RUST_LOG`). Logs go to stderr so command output on stdout stays clean.
+//! A JSON line carries its own span chain only (`spans`, innermost last): the rail's spans are
+//! roots (`consume`, `build`), never children of whatever span happened to be current.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -19,6 +23,10 @@ pub fn init(settings: &LogSettings) {
             .flatten_event(true)
             .with_current_span(true)
             .try_init(),
-        LogFormat::Pretty => builder.compact().try_init(),
+        // Colour codes only for a person at a terminal: a file, a pipe or journald gets plain text.
+        LogFormat::Pretty => builder
+            .compact()
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
     };
 }

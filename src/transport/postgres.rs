@@ -97,19 +97,19 @@ async fn listen(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<
 /// published, in one transaction; then nudge. Returns how many rows it took.
 ///
 /// Each demand locks its job row until the batch commits, so two nodes applying batches at
-/// once must lock rows in one global order or they can deadlock: rows are applied in
-/// `(firm_id, matter_id)` order, not in event order (demands commute).
+/// once must lock rows in one global order or they can deadlock: `ops.apply_events` applies
+/// rows in `(firm_id, matter_id)` order, not in event order (demands commute).
 pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<usize> {
     let mut conn = opts.pool.get().await?;
     let batch = opts.batch;
     let (taken, found, duplicates) = conn
         .transaction(async move |tx| {
-            let mut rows = outbox::lock_unpublished(tx, batch).await?;
-            rows.sort_by_key(|r| (r.firm_id, r.matter_id, r.seq));
+            let rows = outbox::lock_unpublished(tx, batch).await?;
             let mut found = Vec::new();
             let mut duplicates = 0u64;
-            for row in &rows {
-                match inbox::apply_row(tx, BRIEF_RAIL, row).await? {
+            // One statement for the whole batch (it applies rows in (firm, matter) order).
+            for (row, applied) in rows.iter().zip(inbox::apply_rows(tx, BRIEF_RAIL, &rows).await?) {
+                match applied {
                     Applied::Demand { fact, .. } => found.push(Nudge {
                         key: MatterKey {
                             firm_id: fact.firm_id,

@@ -1,6 +1,6 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
-//! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000006` for
-//! `ops.claim` and `ops.heartbeat`, `…000007` for retention's `ops.prune_*`), and
+//! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
+//! retention's `ops.prune_*`, or `…000009` for the hot transitions and `ops.apply_events`), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -27,7 +27,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 3] = [
+const LIVE_HOMES: [&str; 4] = [
+    "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
     "migrations/2026-12-01-000007_retention/up.sql",
     "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
     "migrations/2026-12-01-000005_ledger_clock/up.sql",
@@ -285,6 +286,31 @@ pub fn all() -> Vec<Mutation> {
                         "EXCEPTION WHEN data_exception OR program_limit_exceeded THEN",
                         "EXCEPTION WHEN division_by_zero THEN",
                     )],
+                )
+            },
+            killers: &[
+                "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
+            ],
+        },
+        Mutation {
+            name: "trigger_forgets_its_inbox",
+            breaks: "5: a duplicated delivery has no second effect (the inbox dedupes on event id)",
+            sql: || patched("apply_events", &[("IF fresh = 0 THEN", "IF false THEN")]),
+            killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
+        },
+        Mutation {
+            name: "trigger_ignores_the_archive",
+            breaks: "an archived matter is not rebuilt: its facts are gated",
+            sql: || patched("apply_events", &[("ELSIF m_gone THEN", "ELSIF false THEN")]),
+            killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
+        },
+        Mutation {
+            name: "refused_frame_lands_its_token",
+            breaks: "a frame the database refuses fails the claim at once (nothing lands)",
+            sql: || {
+                patched(
+                    "commit_frame",
+                    &[("IF v_refused IS NOT NULL THEN", "IF false THEN")],
                 )
             },
             killers: &[

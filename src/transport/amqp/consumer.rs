@@ -1,6 +1,7 @@
 //! The Brief rail's trigger, consuming from its quorum queue with manual acks and a bounded
-//! prefetch. Per delivery: one transaction records `(consumer, event_id)`, checks the gates
-//! and records the demand; the ack follows the commit; then the matter actor is nudged.
+//! prefetch. Deliveries that arrive together are applied together: one transaction records
+//! `(consumer, event_id)`, checks the gates and records the demand for each; each ack follows
+//! the commit; then the matter actors are nudged.
 //!
 //! Nothing in a message is believed: the inbox transaction reads the event's outbox row by id
 //! and takes every value from it. A malformed message, or one the ledger does not confirm (an
@@ -95,91 +96,146 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
         .await
         .map_err(broker)?;
     tracing::info!(queue = %opts.topology.trigger_queue, "trigger consuming");
-    // Deliveries are independent (each is its own inbox transaction and ack), so up to
-    // `prefetch` are handled at once: a burst of uploads is absorbed in a fraction of a build.
-    use futures_util::TryStreamExt;
+    // Deliveries that are there together are applied together: one transaction and two
+    // statements for the batch (see `inbox::apply_batch`). At idle a batch is one delivery
+    // (no waiting to fill one); under load up to BATCH at a time, CONCURRENT_BATCHES at once.
+    use futures_util::{StreamExt, TryStreamExt};
     deliveries
-        .map_err(broker)
-        .try_for_each_concurrent(opts.prefetch as usize, |d| handle(opts, nudges, &dead, d))
+        .ready_chunks(BATCH)
+        .map(Ok::<_, Error>)
+        .try_for_each_concurrent(CONCURRENT_BATCHES, |chunk| {
+            handle_batch(opts, nudges, &dead, chunk)
+        })
         .await?;
     Err(Error::broker("the consumer was cancelled"))
 }
 
-/// One delivery, acked only once its effect (or its dead-lettering) is durable.
-async fn handle(
+/// Most deliveries applied in one transaction.
+const BATCH: usize = 64;
+/// Batches in flight at once (each holds one pooled connection while it applies).
+const CONCURRENT_BATCHES: usize = 4;
+
+/// The deliveries that were ready together, each acked only once its effect (or its
+/// dead-lettering) is durable. A malformed one is dead-lettered alone; the rest are applied
+/// as one batch.
+async fn handle_batch(
     opts: &AmqpOptions,
     nudges: &Recipient<Nudge>,
     dead: &Channel,
-    d: Delivery,
+    chunk: Vec<std::result::Result<Delivery, lapin::Error>>,
 ) -> Result<()> {
-    let envelope = match message::decode(&d.data, &d.properties) {
-        Ok(e) => e,
-        Err(reason) => return dead_letter(opts, dead, &d, &reason.to_string()).await,
-    };
-    // The span covers this delivery only (instrumented, never entered across an await).
-    let span = tracing::info_span!("consume", event_id = %envelope.event_id);
-    consume(opts, nudges, dead, &d, &envelope)
-        .instrument(span)
-        .await
+    let mut broken = None;
+    let mut batch = Vec::with_capacity(chunk.len());
+    for d in chunk {
+        match d {
+            Err(e) => {
+                broken.get_or_insert(broker(e));
+            }
+            Ok(d) => match message::decode(&d.data, &d.properties) {
+                Ok(envelope) => batch.push((d, envelope)),
+                Err(reason) => dead_letter(opts, dead, &d, &reason.to_string()).await?,
+            },
+        }
+    }
+    if !batch.is_empty() {
+        // The span covers this batch only: no parent, so it never inherits another delivery's
+        // span, and it is instrumented, never entered across an await.
+        let span = tracing::info_span!(parent: None, "consume", events = batch.len());
+        consume(opts, nudges, dead, &batch).instrument(span).await?;
+    }
+    broken.map_or(Ok(()), Err)
 }
 
 async fn consume(
     opts: &AmqpOptions,
     nudges: &Recipient<Nudge>,
     dead: &Channel,
-    d: &Delivery,
-    envelope: &EventEnvelope,
+    batch: &[(Delivery, EventEnvelope)],
 ) -> Result<()> {
-    match apply_when_possible(opts, envelope).await {
-        Ok(Applied::Refused(reason)) => {
-            // The ledger does not confirm this message: nothing changed; keep it for a person.
-            Metrics::inc(&opts.metrics.counters.nudges_refused);
-            dead_letter(opts, dead, d, &reason).await
-        }
+    let envelopes: Vec<EventEnvelope> = batch.iter().map(|(_, e)| e.clone()).collect();
+    match apply_when_possible(opts, &envelopes).await {
         Ok(applied) => {
-            d.acker
-                .ack(BasicAckOptions::default())
-                .await
-                .map_err(broker)?;
-            match applied {
-                Applied::Demand {
-                    requested_generation,
-                    fact,
-                } => {
-                    Metrics::inc(&opts.metrics.counters.events_consumed);
-                    tracing::debug!(firm_id = %fact.firm_id, matter_id = %fact.matter_id,
-                                    requested_generation, "demand recorded");
-                    // Every value from the ledger's row, none from the message.
-                    nudges.do_send(Nudge {
-                        key: MatterKey {
-                            firm_id: fact.firm_id,
-                            matter_id: fact.matter_id,
-                        },
-                        event_ids: vec![fact.event_id],
-                        traceparent: fact.traceparent,
-                    });
-                }
-                Applied::Duplicate => {
-                    Metrics::inc(&opts.metrics.counters.events_duplicate);
-                    tracing::debug!("duplicate delivery: no second effect");
-                }
-                Applied::Gated(reason) => tracing::info!(%reason, "gated"),
-                Applied::NotHeard(reason) => tracing::debug!(%reason, "consumed: not heard"),
-                Applied::Covered => {
-                    Metrics::inc(&opts.metrics.counters.demands_coalesced);
-                    tracing::debug!("covered: a running or landed build already reads this fact");
-                }
-                Applied::Expired(reason) => {
-                    Metrics::inc(&opts.metrics.counters.nudges_expired);
-                    tracing::info!(%reason, "late copy of a removed event: acked, no effect");
-                }
-                Applied::Refused(_) => unreachable!("handled above"),
+            for ((d, e), a) in batch.iter().zip(applied) {
+                settle(opts, nudges, dead, d, e, a).await?;
             }
-            Ok(())
         }
-        // Only a permanent error reaches here (apply_when_possible retries the others).
-        Err(e) => dead_letter(opts, dead, d, &e.to_string()).await,
+        // A permanent error of the batch as a whole: which message caused it is found by
+        // applying each alone; only that one is dead-lettered.
+        Err(err) if batch.len() > 1 => {
+            tracing::warn!(error = %err, events = batch.len(), "a batch was refused; applying its messages one by one");
+            for (d, e) in batch {
+                match apply_when_possible(opts, std::slice::from_ref(e)).await {
+                    Ok(mut one) => match one.pop() {
+                        Some(a) => settle(opts, nudges, dead, d, e, a).await?,
+                        None => dead_letter(opts, dead, d, "the ledger gave no result").await?,
+                    },
+                    Err(err) => dead_letter(opts, dead, d, &err.to_string()).await?,
+                }
+            }
+        }
+        Err(err) => {
+            if let Some((d, _)) = batch.first() {
+                dead_letter(opts, dead, d, &err.to_string()).await?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// Acks (or dead-letters) one delivery by what the ledger made of it, then nudges its matter.
+async fn settle(
+    opts: &AmqpOptions,
+    nudges: &Recipient<Nudge>,
+    dead: &Channel,
+    d: &Delivery,
+    e: &EventEnvelope,
+    applied: Applied,
+) -> Result<()> {
+    if let Applied::Refused(reason) = applied {
+        // The ledger does not confirm this message: nothing changed; keep it for a person.
+        Metrics::inc(&opts.metrics.counters.nudges_refused);
+        return dead_letter(opts, dead, d, &reason).await;
+    }
+    d.acker
+        .ack(BasicAckOptions::default())
+        .await
+        .map_err(broker)?;
+    let event_id = e.event_id;
+    match applied {
+        Applied::Demand {
+            requested_generation,
+            fact,
+        } => {
+            Metrics::inc(&opts.metrics.counters.events_consumed);
+            tracing::debug!(%event_id, firm_id = %fact.firm_id, matter_id = %fact.matter_id,
+                            requested_generation, "demand recorded");
+            // Every value from the ledger's row, none from the message.
+            nudges.do_send(Nudge {
+                key: MatterKey {
+                    firm_id: fact.firm_id,
+                    matter_id: fact.matter_id,
+                },
+                event_ids: vec![fact.event_id],
+                traceparent: fact.traceparent,
+            });
+        }
+        Applied::Duplicate => {
+            Metrics::inc(&opts.metrics.counters.events_duplicate);
+            tracing::debug!(%event_id, "duplicate delivery: no second effect");
+        }
+        Applied::Gated(reason) => tracing::info!(%event_id, %reason, "gated"),
+        Applied::NotHeard(reason) => tracing::debug!(%event_id, %reason, "consumed: not heard"),
+        Applied::Covered => {
+            Metrics::inc(&opts.metrics.counters.demands_coalesced);
+            tracing::debug!(%event_id, "covered: a running or landed build already reads this fact");
+        }
+        Applied::Expired(reason) => {
+            Metrics::inc(&opts.metrics.counters.nudges_expired);
+            tracing::info!(%event_id, %reason, "late copy of a removed event: acked, no effect");
+        }
+        Applied::Refused(_) => unreachable!("handled above"),
+    }
+    Ok(())
 }
 
 /// Applies the delivery, retrying in place (backing off up to 5 s) for as long as the database
@@ -188,7 +244,7 @@ async fn consume(
 /// never requeued for a transient reason: the quorum queue's delivery limit counts only
 /// consumers that died on the message, and the dead-letter queue holds only input nobody may
 /// believe. Returns `Ok` or a permanent error.
-async fn apply_when_possible(opts: &AmqpOptions, e: &EventEnvelope) -> Result<Applied> {
+async fn apply_when_possible(opts: &AmqpOptions, e: &[EventEnvelope]) -> Result<Vec<Applied>> {
     let mut delays = crate::backoff::delays(Duration::from_millis(250), Duration::from_secs(5));
     let mut attempts = 0u32;
     loop {
@@ -218,9 +274,9 @@ async fn requeue(d: &Delivery) -> Result<()> {
     Ok(())
 }
 
-async fn apply(opts: &AmqpOptions, e: &EventEnvelope) -> Result<Applied> {
+async fn apply(opts: &AmqpOptions, e: &[EventEnvelope]) -> Result<Vec<Applied>> {
     let mut c = opts.pool.get().await?;
-    inbox::apply(&mut c, BRIEF_RAIL, e).await
+    inbox::apply_batch(&mut c, BRIEF_RAIL, e).await
 }
 
 /// Copies the message to the dead-letter exchange with the reason in a header, waits for the

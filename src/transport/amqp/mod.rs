@@ -88,7 +88,7 @@ impl AmqpOptions {
             relay_batch: settings.relay.batch as i64,
             relay_poll: Duration::from_millis(settings.relay.poll_ms),
             reconcile_after: Duration::from_secs_f64(settings.reconcile.after_seconds),
-            prefetch: 32,
+            prefetch: 256,
             node_id: settings.node_id(),
         }
     }

@@ -117,10 +117,10 @@ pub struct BatchOutcome {
     pub broken: Option<Error>,
 }
 
-/// Leases the next batch (one statement; see [`outbox::lease_unpublished`]).
-async fn lease(opts: &AmqpOptions) -> Result<Vec<OutboxRow>> {
+/// Leases the next `n` rows (one statement; see [`outbox::lease_unpublished`]).
+async fn lease(opts: &AmqpOptions, n: usize) -> Result<Vec<OutboxRow>> {
     let mut c = opts.pool.get().await?;
-    outbox::lease_unpublished(&mut c, opts.relay_batch, PUBLISH_LEASE).await
+    outbox::lease_unpublished(&mut c, n as i64, PUBLISH_LEASE).await
 }
 
 type Pending = Vec<(uuid::Uuid, lapin::PublisherConfirm)>;
@@ -203,55 +203,96 @@ pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
     Ok(())
 }
 
-/// Publishes everything publishable now. While the broker confirms batch k, the ledger marks
-/// batch k-1 and leases batch k+1 (their rows are disjoint: leased rows are skipped), so the
-/// ledger's round trips hide behind the confirms without widening the confirm window.
+/// How many confirm windows (`relay.batch` messages each) one lease takes: the ledger's
+/// statements (lease, mark) are paid once per this many windows.
+pub const WINDOWS_PER_LEASE: usize = 4;
+
+/// Publishes everything publishable now, `relay.batch` messages at a time (the confirm window:
+/// a window's confirms all arrive before the next window is published). Rows are leased
+/// [`WINDOWS_PER_LEASE`] windows at a time; while the broker confirms a lease's first window
+/// the ledger marks the previous lease's rows, and while it confirms the last window the next
+/// lease is taken (their rows are disjoint: leased rows are skipped), so the ledger's round
+/// trips hide behind the confirms without widening the window.
 pub async fn drain(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
+    let window = opts.relay_batch.max(1) as usize;
     let mut total = 0;
-    let mut rows = lease(opts).await?;
+    let mut rows = lease(opts, window * WINDOWS_PER_LEASE).await?;
     let mut previous: Option<BatchOutcome> = None;
     while !rows.is_empty() {
         total += rows.len();
-        let full = rows.len() == opts.relay_batch as usize;
-        let (pending, broken) = publish(ch, opts, &rows).await;
-        let go_on = full && broken.is_none();
-        let prev = previous.take();
-        let (mut outcome, marked, next) = tokio::join!(
-            confirmed(pending, &rows, broken),
-            async {
-                match &prev {
-                    Some(p) => mark(opts, p).await,
-                    None => Ok(()),
-                }
-            },
-            async {
-                if go_on {
-                    lease(opts).await
-                } else {
-                    Ok(Vec::new())
-                }
-            },
-        );
-        // On any error, settle what was confirmed before reporting it; rows left unmarked wait
-        // out their publishing lease and are published again (the inbox absorbs the duplicate).
-        let next = match marked.and(next) {
-            Ok(next) => next,
-            Err(e) => {
-                let _ = mark(opts, &outcome).await;
+        let full = rows.len() == window * WINDOWS_PER_LEASE;
+        let windows: Vec<&[OutboxRow]> = rows.chunks(window).collect();
+        let mut settled = BatchOutcome::empty();
+        let mut next = Vec::new();
+        for (i, w) in windows.iter().enumerate() {
+            let (pending, broken) = publish(ch, opts, w).await;
+            let last = i + 1 == windows.len();
+            let go_on = last && full && broken.is_none();
+            let prev = if i == 0 { previous.take() } else { None };
+            let (outcome, marked, leased) = tokio::join!(
+                confirmed(pending, w, broken),
+                async {
+                    match &prev {
+                        Some(p) => mark(opts, p).await,
+                        None => Ok(()),
+                    }
+                },
+                async {
+                    if go_on {
+                        lease(opts, window * WINDOWS_PER_LEASE).await
+                    } else {
+                        Ok(Vec::new())
+                    }
+                },
+            );
+            settled.absorb(outcome);
+            // On any error, settle what was confirmed before reporting it; rows left unmarked
+            // wait out their publishing lease and are published again (the inbox absorbs the
+            // duplicate).
+            if let Err(e) = marked.and_then(|()| leased.map(|l| next = l)) {
+                let _ = mark(opts, &settled).await;
                 return Err(e);
             }
-        };
-        if let Some(e) = outcome.broken.take() {
-            mark(opts, &outcome).await?;
-            return Err(e);
+            if let Some(e) = settled.broken.take() {
+                // Rows of the lease not yet published keep their error and back off.
+                settled.failed.extend(
+                    windows[i + 1..]
+                        .iter()
+                        .flat_map(|w| w.iter())
+                        .map(|r| (r.event_id, e.to_string())),
+                );
+                mark(opts, &settled).await?;
+                return Err(e);
+            }
         }
-        previous = Some(outcome);
+        previous = Some(settled);
         rows = next;
     }
     if let Some(p) = previous {
         mark(opts, &p).await?;
     }
     Ok(total)
+}
+
+impl BatchOutcome {
+    fn empty() -> Self {
+        Self {
+            taken: 0,
+            published: Vec::new(),
+            failed: Vec::new(),
+            broken: None,
+        }
+    }
+
+    /// Adds one window's outcome to its lease's.
+    fn absorb(&mut self, w: BatchOutcome) {
+        self.taken += w.taken;
+        self.published.extend(w.published);
+        self.failed.extend(w.failed);
+        if self.broken.is_none() {
+            self.broken = w.broken;
+        }
+    }
 }
 
 /// Republishes events the trigger has not consumed in time (a dropped message, a purged

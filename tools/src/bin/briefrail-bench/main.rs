@@ -4,6 +4,7 @@
 //! `briefrail-bench retention` runs only the retention measurement ([`retention`]; its size is
 //! `BRIEFRAIL_BENCH_RETENTION_ROWS`, default 10,000,000) and updates its entry in the file.
 
+mod e2e;
 mod retention;
 
 use std::sync::Arc;
@@ -415,6 +416,96 @@ fn write_results(results: serde_json::Map<String, serde_json::Value>) -> R<()> {
     Ok(())
 }
 
+/// The runs of the end-to-end section: `BRIEFRAIL_BENCH_E2E` =
+/// `transport:matters:concurrency:nodes,...` picks some; by default both transports at 2,000
+/// and 10,000 matters, `builders.concurrency` 1, 4, 8 and 32, and two nodes.
+fn e2e_runs() -> R<Vec<e2e::Run>> {
+    let spec = std::env::var("BRIEFRAIL_BENCH_E2E").unwrap_or_else(|_| {
+        let mut v = Vec::new();
+        for t in ["amqp", "postgres"] {
+            v.push(format!("{t}:2000:8:1"));
+            v.push(format!("{t}:10000:8:1"));
+            for c in [1, 4, 32] {
+                v.push(format!("{t}:2000:{c}:1"));
+            }
+            v.push(format!("{t}:2000:8:2"));
+        }
+        v.join(",")
+    });
+    spec.split(',')
+        .map(|r| {
+            let f: Vec<&str> = r.split(':').collect();
+            let bad =
+                || format!("BRIEFRAIL_BENCH_E2E: {r:?} is not transport:matters:concurrency:nodes");
+            if f.len() != 4 {
+                return Err(bad().into());
+            }
+            Ok(e2e::Run {
+                transport: match f[0] {
+                    "amqp" => "amqp",
+                    "postgres" => "postgres",
+                    _ => return Err(format!("{}: transport is amqp or postgres", bad()).into()),
+                },
+                matters: f[1].parse().map_err(|_| bad())?,
+                concurrency: f[2].parse().map_err(|_| bad())?,
+                nodes: f[3].parse().map_err(|_| bad())?,
+            })
+        })
+        .collect()
+}
+
+/// End to end through `briefrail run`, against the raw ceiling at the same connection count.
+async fn e2e_section(
+    server: &str,
+    results: &mut serde_json::Map<String, serde_json::Value>,
+) -> R<()> {
+    let runs = e2e_runs()?;
+    println!(
+        "\n{:<44} {:>9} {:>9} {:>6} {:>9} {:>6} {:>8} {:>15}",
+        "end to end (brief builder, json logs)",
+        "matters/s",
+        "ceiling",
+        "ratio",
+        "log B/m",
+        "spans",
+        "cpu s",
+        "loaded p50/p99"
+    );
+    let mut ceilings = std::collections::BTreeMap::new();
+    let mut list = Vec::new();
+    for run in &runs {
+        let conns = e2e::POOL * run.nodes;
+        if !ceilings.contains_key(&conns) {
+            ceilings.insert(conns, e2e::ceiling(server, conns, 5.0).await?);
+        }
+        let ceiling = ceilings[&conns];
+        let s = e2e::serve(server, run).await?;
+        println!(
+            "{:<44} {:>9.0} {:>9.0} {:>6.2} {:>9.0} {:>6} {:>8.1} {:>15}",
+            format!(
+                "{} {} matters, concurrency {}, {} node{}",
+                run.transport,
+                run.matters,
+                run.concurrency,
+                run.nodes,
+                if run.nodes == 1 { "" } else { "s" }
+            ),
+            s.per_s,
+            ceiling,
+            s.per_s / ceiling,
+            s.log_bytes_per_matter,
+            s.longest_span_chain,
+            s.node_cpu_s,
+            s.loaded_latency_ms
+                .map(|(a, b)| format!("{a:.0}/{b:.0} ms"))
+                .unwrap_or_default()
+        );
+        list.push(e2e::entry(run, &s, ceiling));
+    }
+    results.insert("end_to_end".into(), serde_json::Value::Array(list));
+    Ok(())
+}
+
 /// The retention measurement, in its own fresh database (it loads tens of millions of rows).
 async fn retention_section(
     server: &str,
@@ -473,9 +564,15 @@ async fn main() -> R<()> {
             results.insert("retention_measured_at".into(), json!(chrono::Utc::now()));
             return write_results(results);
         }
+        Some("e2e") => {
+            let mut results = earlier_results();
+            e2e_section(&server, &mut results).await?;
+            results.insert("e2e_measured_at".into(), json!(chrono::Utc::now()));
+            return write_results(results);
+        }
         Some(other) => {
             return Err(format!(
-                "unknown section {other:?}: give none (everything) or `retention`"
+                "unknown section {other:?}: give none (everything), `e2e` or `retention`"
             )
             .into());
         }

@@ -1,0 +1,434 @@
+//! End to end, as users run it: N matters, each with one new document recorded while no node
+//! runs; then `briefrail run` (the release binary, the brief builder, JSON logs at info) serves
+//! them all. The rate is matters over the time from node start to the last frame, both read from
+//! the database clock; beside it, the raw ceiling measured in the same run with the same number
+//! of connections: one claim and one compare-and-swap per transaction, from a minimal client.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use briefrail::db::{self, Pool, admin};
+use briefrail::ledger::facts::{self, NewDocument};
+use diesel_async::RunQueryDsl;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{R, exec, scalar};
+
+/// One end-to-end run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub transport: &'static str,
+    pub matters: usize,
+    pub concurrency: usize,
+    pub nodes: usize,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub per_s: f64,
+    pub wall_s: f64,
+    pub log_bytes_per_matter: f64,
+    /// The longest `spans` array of any log line: a line carries its own chain only.
+    pub longest_span_chain: usize,
+    pub node_cpu_s: f64,
+    /// Outbox commit → build start of probe uploads made while the load is served, ms.
+    pub loaded_latency_ms: Option<(f64, f64)>,
+}
+
+/// The node's pool, and the ceiling's client count.
+pub const POOL: usize = 16;
+
+/// The binary users run: `target/release/briefrail`, next to this benchmark's own binary.
+pub fn binary() -> R<PathBuf> {
+    let me = std::env::current_exe()?;
+    let b = me
+        .parent()
+        .map(|d| d.join("briefrail"))
+        .ok_or("no directory")?;
+    if !b.exists() {
+        return Err(format!(
+            "{} is missing: run the benchmark with `cargo run --release -p briefrail-tools --bin briefrail-bench` after `cargo build --release`",
+            b.display()
+        )
+        .into());
+    }
+    Ok(b)
+}
+
+/// A fresh database for one run, migrated.
+async fn fresh(server: &str, name: &str) -> R<(String, Pool)> {
+    let url = admin::with_database(server, name)?;
+    admin::drop_database(server, name).await?;
+    admin::create_database_if_missing(&url).await?;
+    db::migrate::run_pending(&url).await?;
+    let pool = db::connect(&db::PoolOptions::new(url.clone()).size(10)).await?;
+    Ok((url, pool))
+}
+
+/// `n` matters of one firm (as if they had long been served), then one uploaded document each,
+/// through the library (one transaction and one outbox event per upload), 8 at a time.
+async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
+    let firm = Uuid::new_v4();
+    exec(
+        pool,
+        &format!(
+            "INSERT INTO record.matters (firm_id, matter_id, title)
+             SELECT '{firm}', gen_random_uuid(), 'Bench ' || i || ' v. Mark' FROM generate_series(1, {n}) i"
+        ),
+    )
+    .await?;
+    #[derive(diesel::QueryableByName)]
+    struct M {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        matter_id: Uuid,
+    }
+    let ms: Vec<Uuid> = diesel::sql_query(format!(
+        "SELECT matter_id FROM record.matters WHERE firm_id = '{firm}'"
+    ))
+    .load::<M>(&mut pool.get().await?)
+    .await?
+    .into_iter()
+    .map(|m| m.matter_id)
+    .collect();
+    let mut tasks = Vec::new();
+    for chunk in ms.chunks(n.div_ceil(8).max(1)) {
+        let (pool, chunk) = (pool.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut c = pool.get().await?;
+            for m in chunk {
+                upload(&mut c, firm, m).await?;
+            }
+            Ok::<_, briefrail::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok((firm, ms))
+}
+
+async fn upload(
+    c: &mut diesel_async::AsyncPgConnection,
+    firm: Uuid,
+    matter: Uuid,
+) -> briefrail::Result<Uuid> {
+    facts::add_document(
+        c,
+        NewDocument {
+            document_id: Uuid::new_v4(),
+            firm_id: firm,
+            matter_id: matter,
+            title: "Deposition of the witness".into(),
+            dated: chrono::NaiveDate::from_ymd_opt(2026, 3, 14),
+            body: "The witness saw the truck at noon. It was red. Nothing else was seen.".into(),
+        },
+    )
+    .await
+}
+
+struct NodeProc {
+    child: Child,
+    log: PathBuf,
+}
+
+fn spawn(bin: &Path, url: &str, run: &Run, i: usize, dir: &Path, prefix: &str) -> R<NodeProc> {
+    let log = dir.join(format!("node-{i}.log"));
+    let out = std::fs::File::create(&log)?;
+    let child = Command::new(bin)
+        .arg("run")
+        .env("BRIEFRAIL__DATABASE__URL", url)
+        .env("BRIEFRAIL__DATABASE__POOL_SIZE", POOL.to_string())
+        .env("BRIEFRAIL__NODE__ID", format!("bench-{i}"))
+        .env("BRIEFRAIL__TRANSPORT__KIND", run.transport)
+        .env("BRIEFRAIL__TRANSPORT__PREFIX", prefix)
+        .env("BRIEFRAIL__BUILDER__KIND", "brief")
+        .env(
+            "BRIEFRAIL__BUILDERS__CONCURRENCY",
+            run.concurrency.to_string(),
+        )
+        .env("BRIEFRAIL__HTTP__BIND", "127.0.0.1:0")
+        .env("BRIEFRAIL__LOG__FORMAT", "json")
+        .env("BRIEFRAIL__LOG__LEVEL", "info")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()?;
+    Ok(NodeProc { child, log })
+}
+
+/// utime + stime of a process, seconds (`/proc/PID/stat`, clock ticks of 100 Hz).
+fn cpu_s(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = after.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
+/// The database clock, as seconds since the epoch.
+async fn db_now(pool: &Pool) -> R<f64> {
+    #[derive(diesel::QueryableByName)]
+    struct T {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        t: f64,
+    }
+    Ok(
+        diesel::sql_query("SELECT extract(epoch FROM clock_timestamp())::float8 AS t")
+            .get_result::<T>(&mut pool.get().await?)
+            .await?
+            .t,
+    )
+}
+
+/// Serves `run.matters` matters with `run.nodes` node processes; measures.
+pub async fn serve(server: &str, run: &Run) -> R<Served> {
+    let bin = binary()?;
+    let name = format!("{}_e2e", admin::split_url(server)?.0);
+    let (url, pool) = fresh(server, &name).await?;
+    let (firm, _) = load(&pool, run.matters).await?;
+    exec(&pool, "CHECKPOINT; ANALYZE").await?;
+    let dir = std::env::temp_dir().join(format!("briefrail-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let t0 = db_now(&pool).await?;
+    let mut nodes = Vec::new();
+    for i in 0..run.nodes {
+        nodes.push(spawn(&bin, &url, run, i, &dir, &prefix)?);
+    }
+    let started = Instant::now();
+    // Probe uploads while the load is served: one new matter every 20 ms.
+    let probes = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            let mut c = pool.get().await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for _ in 0..25 {
+                let m = Uuid::new_v4();
+                facts::create_matter(&mut c, firm, m, "Probe v. Latency").await?;
+                ids.push(m);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok::<_, briefrail::Error>(ids)
+        })
+    };
+    let want = run.matters + 25;
+    let limit = Duration::from_secs(60 + run.matters as u64 / 20);
+    let landed = format!(
+        "SELECT count(DISTINCT matter_id) AS n FROM ops.matter_frames WHERE firm_id = '{firm}'"
+    );
+    loop {
+        if scalar(&pool, &landed).await? as usize >= want {
+            break;
+        }
+        for n in &mut nodes {
+            if let Some(status) = n.child.try_wait()? {
+                return Err(
+                    format!("a node exited early ({status}); see {}", n.log.display()).into(),
+                );
+            }
+        }
+        if started.elapsed() > limit {
+            return Err(format!(
+                "not every matter was served within {limit:?}; logs in {}",
+                dir.display()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cpu: f64 = nodes.iter().map(|n| cpu_s(n.child.id())).sum();
+    #[derive(diesel::QueryableByName)]
+    struct T {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        t: f64,
+    }
+    let last: T = diesel::sql_query(format!(
+        "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
+           FROM ops.matter_frames f WHERE f.firm_id = '{firm}'"
+    ))
+    .get_result(&mut pool.get().await?)
+    .await?;
+    let probe_ids = probes.await??;
+    let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
+    for n in &mut nodes {
+        let _ = Command::new("kill")
+            .args(["-TERM", &n.child.id().to_string()])
+            .status();
+    }
+    for n in &mut nodes {
+        let _ = n.child.wait();
+    }
+    let mut bytes = 0u64;
+    let mut longest = 0usize;
+    for n in &nodes {
+        let text = std::fs::read_to_string(&n.log)?;
+        bytes += text.len() as u64;
+        for line in text.lines() {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                let chain = v
+                    .get("spans")
+                    .and_then(|s| s.as_array())
+                    .map_or(0, |a| a.len());
+                longest = longest.max(chain);
+            }
+        }
+    }
+    if run.transport == "amqp" {
+        briefrail::transport::amqp::Topology::new(&prefix)
+            .delete(&briefrail::config::Settings::defaults().transport.amqp_url)
+            .await;
+    }
+    drop(pool);
+    admin::drop_database(server, &name).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let wall = last.t - t0;
+    Ok(Served {
+        per_s: want as f64 / wall,
+        wall_s: wall,
+        log_bytes_per_matter: bytes as f64 / want as f64,
+        longest_span_chain: longest,
+        node_cpu_s: cpu,
+        loaded_latency_ms,
+    })
+}
+
+/// p50 and p99 of outbox commit → build start of the probe matters.
+async fn probe_latency(pool: &Pool, ids: &[Uuid]) -> R<Option<(f64, f64)>> {
+    #[derive(diesel::QueryableByName)]
+    struct L {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        ms: f64,
+    }
+    let list = ids
+        .iter()
+        .map(|m| format!("'{m}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let mut l: Vec<f64> = diesel::sql_query(format!(
+        "SELECT (extract(epoch FROM (min(r.started_at) - min(o.created_at))) * 1000)::float8 AS ms
+           FROM ops.domain_event_outbox o JOIN ops.matter_frame_runs r USING (firm_id, matter_id)
+          WHERE o.matter_id IN ({list}) GROUP BY o.matter_id"
+    ))
+    .load::<L>(&mut pool.get().await?)
+    .await?
+    .into_iter()
+    .map(|l| l.ms)
+    .collect();
+    l.sort_by(|a, b| a.total_cmp(b));
+    Ok(Some((super::pct(&l, 0.5), super::pct(&l, 0.99))))
+}
+
+/// The raw ceiling: `conns` clients, each transaction one claim and one CAS (BEGIN, the two
+/// statements as raw SQL, COMMIT: what pgbench would run), for `secs` seconds, each client on
+/// its own 64 rows.
+pub async fn ceiling(server: &str, conns: usize, secs: f64) -> R<f64> {
+    let name = format!("{}_ceiling", admin::split_url(server)?.0);
+    let (url, pool) = fresh(server, &name).await?;
+    let firm = Uuid::new_v4();
+    exec(
+        &pool,
+        &format!(
+            "INSERT INTO ops.matter_frame_jobs (firm_id, matter_id, requested_generation)
+             SELECT '{firm}', gen_random_uuid(), 1 FROM generate_series(1, {})",
+            conns * 64
+        ),
+    )
+    .await?;
+    #[derive(diesel::QueryableByName)]
+    struct M {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        matter_id: Uuid,
+    }
+    let ms: Vec<Uuid> = diesel::sql_query(format!(
+        "SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}'"
+    ))
+    .load::<M>(&mut pool.get().await?)
+    .await?
+    .into_iter()
+    .map(|m| m.matter_id)
+    .collect();
+    drop(pool);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..conns {
+        let mine: Vec<Uuid> = ms.iter().skip(w).step_by(conns).copied().collect();
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            // The seed's two statements, as raw SQL: the conditional upsert that claims, and
+            // the compare-and-swap on the token it returned.
+            let claim = client
+                .prepare(
+                    "INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, run_status, requested_generation,
+                                                             claimed_generation, claimed_at, lease_expires_at)
+                     VALUES ($1, $2, 'running', 1, 1, now(), now() + interval '60 seconds')
+                     ON CONFLICT (firm_id, matter_id) DO UPDATE SET
+                         run_status = 'running', requested_generation = j.requested_generation + 1,
+                         claimed_generation = j.requested_generation + 1, claimed_at = now(),
+                         lease_expires_at = now() + interval '60 seconds'
+                      WHERE j.run_status <> 'running' OR j.lease_expires_at < now()
+                     RETURNING claimed_generation",
+                )
+                .await?;
+            let cas = client
+                .prepare(
+                    "UPDATE ops.matter_frame_jobs SET run_status = 'idle', landed_generation = $3
+                      WHERE firm_id = $1 AND matter_id = $2 AND claimed_generation = $3
+                        AND run_status = 'running'",
+                )
+                .await?;
+            let mut n = 0u64;
+            'outer: loop {
+                for m in &mine {
+                    if Instant::now() > deadline {
+                        break 'outer;
+                    }
+                    client.batch_execute("BEGIN").await?;
+                    let token: i64 = client.query_one(&claim, &[&firm, m]).await?.get(0);
+                    tokio_postgres::Client::execute(&client, &cas, &[&firm, m, &token]).await?;
+                    client.batch_execute("COMMIT").await?;
+                    n += 1;
+                }
+            }
+            Ok::<u64, tokio_postgres::Error>(n)
+        }));
+    }
+    let mut total = 0u64;
+    for t in tasks {
+        total += t.await??;
+    }
+    let rate = total as f64 / start.elapsed().as_secs_f64();
+    admin::drop_database(server, &name).await?;
+    Ok(rate)
+}
+
+/// The JSON entry of one run.
+pub fn entry(run: &Run, s: &Served, ceiling: f64) -> serde_json::Value {
+    json!({
+        "transport": run.transport,
+        "matters": run.matters,
+        "builders_concurrency": run.concurrency,
+        "nodes": run.nodes,
+        "matters_per_s": s.per_s,
+        "ceiling_tps": ceiling,
+        "ratio": s.per_s / ceiling,
+        "seconds": s.wall_s,
+        "log_bytes_per_matter": s.log_bytes_per_matter,
+        "longest_span_chain": s.longest_span_chain,
+        "node_cpu_s": s.node_cpu_s,
+        "latency_while_serving_ms": s.loaded_latency_ms.map(|(p50, p99)| json!({"p50": p50, "p99": p99})),
+    })
+}
