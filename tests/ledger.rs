@@ -1416,14 +1416,9 @@ async fn every_planted_bug_fails_a_guarantee_test() {
     common::mutations::assert_caught("ledger").await;
 }
 
-/// What a frame's body carries for [`commit_cutting_proxy`] to cut the answer of its
-/// one-statement commit.
-const LOST: &[u8] = b"answer-lost";
-
-/// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` (or the next
-/// message carrying [`LOST`]) and then cuts the connection without returning the server's
-/// answer: the commit happened, the client only sees a lost connection (the fault catalogue's
-/// "commit outcome unknown").
+/// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` and then cuts
+/// the connection without returning the server's answer: the commit happened, the client only
+/// sees a lost connection (the fault catalogue's "commit outcome unknown").
 async fn commit_cutting_proxy() -> (
     u16,
     Arc<std::sync::atomic::AtomicBool>,
@@ -1454,11 +1449,7 @@ async fn commit_cutting_proxy() -> (
                         if n == 0 {
                             return;
                         }
-                        // The message whose lost answer hides a commit: COMMIT, or the
-                        // execution of the one-statement commit of a frame with no extra
-                        // writes, recognised by the marker its body carries (its Bind).
-                        let commit = buf[..n].windows(6).any(|w| w == b"COMMIT")
-                            || buf[..n].windows(LOST.len()).any(|w| w == LOST);
+                        let commit = buf[..n].windows(6).any(|w| w == b"COMMIT");
                         if commit && armed.swap(false, Ordering::SeqCst) {
                             // From now on the server's answers go nowhere.
                             mute.store(true, Ordering::SeqCst);
@@ -1516,14 +1507,9 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     // A plain landing: the COMMIT happens, its answer is lost; the ledger says it landed.
     let claim = won(&db, firm, matter).await;
     armed.store(true, Ordering::SeqCst);
-    let landed = t::commit(
-        &through_proxy,
-        &claim,
-        NODE,
-        &Frame::new(json!({"n": 1, "mark": "answer-lost"})),
-    )
-    .await
-    .expect("settled from the ledger, not reported as a failure");
+    let landed = t::commit(&through_proxy, &claim, NODE, &Frame::new(json!({"n": 1})))
+        .await
+        .expect("settled from the ledger, not reported as a failure");
     assert_eq!(
         std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
         1,
@@ -1540,14 +1526,9 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     let claim = won(&db, firm, matter).await;
     t::demand(&mut c, firm, matter).await.unwrap();
     armed.store(true, Ordering::SeqCst);
-    let landed = t::commit(
-        &through_proxy,
-        &claim,
-        NODE,
-        &Frame::new(json!({"n": 2, "mark": "answer-lost"})),
-    )
-    .await
-    .expect("settled from the ledger");
+    let landed = t::commit(&through_proxy, &claim, NODE, &Frame::new(json!({"n": 2})))
+        .await
+        .expect("settled from the ledger");
     assert_eq!(
         std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
         2

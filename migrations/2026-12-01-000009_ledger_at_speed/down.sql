@@ -1,5 +1,6 @@
 -- Back to 000008: the trigger one event at a time, and the hot transitions as LANGUAGE sql
 -- (their definitions in 000005 and 000006, repeated here unchanged).
+DROP FUNCTION ops.drain_outbox(text, integer, text[]);
 DROP FUNCTION ops.commit_frame(uuid, uuid, bigint, uuid, uuid, text, text);
 DROP FUNCTION ops.apply_events(text, uuid[], text[]);
 

@@ -1,7 +1,7 @@
--- The ledger at speed. THIS FILE IS THE LIVE HOME OF: ops.apply_events, ops.commit_frame,
--- ops.now, ops.clock, ops.cluster_id, ops.is_archived, ops.snapshot_covers, ops.demand,
+-- The ledger at speed. THIS FILE IS THE LIVE HOME OF: ops.apply_events, ops.drain_outbox,
+-- ops.commit_frame, ops.now, ops.clock, ops.cluster_id, ops.is_archived, ops.snapshot_covers, ops.demand,
 -- ops.claim, ops.record_lost_claim, ops.heartbeat, ops.commit_claim, ops.start_lease
--- (docs/protocol.md, "The trigger", "commit" and "Speed"). Expand only: two new functions, and
+-- (docs/protocol.md, "The trigger", "commit" and "Speed"). Expand only: three new functions, and
 -- eleven redefined with the same signature, the same statement and the same answers, so a
 -- node of the previous release keeps working across it and it is applied while those nodes
 -- run (README, "Upgrading").
@@ -94,9 +94,19 @@ BEGIN
 END
 $$;
 
+-- The cluster's identity cannot change under a session (a session is connected to one
+-- server), so each session reads pg_control once (a file read, 40 µs a call) and keeps it in a
+-- session setting; a rolled-back transaction only drops the cached copy. Nothing stored in a
+-- table: a restored dump must never carry another cluster's identity.
 CREATE OR REPLACE FUNCTION ops.cluster_id() RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_cached text := current_setting('briefrail.cluster_id', true);
 BEGIN
-    RETURN (SELECT system_identifier FROM pg_control_system());
+    IF v_cached IS NULL OR v_cached = '' THEN
+        v_cached := (SELECT system_identifier FROM pg_control_system())::text;
+        PERFORM set_config('briefrail.cluster_id', v_cached, false);
+    END IF;
+    RETURN v_cached::bigint;
 END
 $$;
 
@@ -342,13 +352,13 @@ BEGIN
 END
 $$;
 
--- commit_frame: the commit of a frame that carries no extra writes, as one statement (called
--- alone, one transaction: one round trip and one flush instead of four round trips):
+-- commit_frame: the commit of a frame that carries no extra writes, as one statement in the
+-- commit's transaction (BEGIN, this, COMMIT: three round trips instead of four):
 -- ops.commit_claim, then ops.insert_frame, the very two calls the multi-statement commit makes.
 -- NULL: fenced, nothing written. A body the database refuses raises SQLSTATE BRF01 with
 -- insert_frame's refusal ('SQLSTATE: message') as the message and the hint
--- 'briefrail: frame refused', which undoes the compare-and-swap before it: the caller fails
--- the claim as permanent. Otherwise what commit_claim returned (0, or the follow-up's token).
+-- 'briefrail: frame refused', which aborts the transaction with the compare-and-swap before
+-- it: the caller rolls back and fails the claim as permanent. Otherwise what commit_claim returned (0, or the follow-up's token).
 CREATE OR REPLACE FUNCTION ops.commit_frame(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid,
                                  p_next_run_id uuid, p_node text, p_body text)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
@@ -366,5 +376,37 @@ BEGIN
                               HINT = 'briefrail: frame refused';
     END IF;
     RETURN v_after;
+END
+$$;
+
+-- drain_outbox: the embedded transport's batch in one statement (and, called alone, one
+-- transaction): lock up to p_limit publishable outbox rows in sequence order (SKIP LOCKED:
+-- another node's drain takes other rows), apply them through ops.apply_events, mark them
+-- published. One row per event applied, with what the trigger made of it and the ids a nudge
+-- needs (every value from the outbox row).
+CREATE OR REPLACE FUNCTION ops.drain_outbox(p_consumer text, p_limit integer, p_heard text[])
+RETURNS TABLE (event_id uuid, firm_id uuid, matter_id uuid, traceparent text, outcome text,
+               requested_generation bigint)
+LANGUAGE plpgsql VOLATILE SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids uuid[];
+BEGIN
+    SELECT array_agg(t.event_id) INTO v_ids
+      FROM (SELECT o.event_id
+              FROM ops.domain_event_outbox o
+             WHERE o.published_at IS NULL
+               AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ops.now())
+             ORDER BY o.seq
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) t;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT a.event_id, o.firm_id, o.matter_id, o.traceparent, a.outcome, a.requested_generation
+          FROM ops.apply_events(p_consumer, v_ids, p_heard) a
+          JOIN ops.domain_event_outbox o ON o.event_id = a.event_id;
+    UPDATE ops.domain_event_outbox o SET published_at = ops.now() WHERE o.event_id = ANY (v_ids);
 END
 $$;

@@ -95,6 +95,12 @@ impl MatterActor {
         if let Some(h) = self.timer.take() {
             ctx.cancel_future(h);
         }
+        if delay.is_zero() {
+            // No window to wait for (`debounce_ms = 0`, or the cap reached): a zero-length timer
+            // would still wait for the timer wheel's next tick (about a millisecond).
+            self.start_cycle(ctx);
+            return;
+        }
         self.timer = Some(ctx.run_later(delay, |act, ctx| {
             act.timer = None;
             act.start_cycle(ctx);
@@ -157,7 +163,9 @@ async fn claim_cycle(
     if *node.draining.borrow() {
         return None;
     }
-    let mut conn = match node.pool.get().await {
+    // The futures below are boxed: a cycle waiting for a slot holds only this function's own
+    // state, not the largest future it will await (100,000 waiting matters stay small).
+    let mut conn = match Box::pin(node.pool.get()).await {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "no connection for the claim");
@@ -187,7 +195,7 @@ async fn claim_cycle(
         kind: ClaimKind::ServeRecorded,
         max_attempts: node.settings.retry.max_attempts,
     };
-    match t::claim_or_record(&mut conn, &req).await {
+    match Box::pin(t::claim_or_record(&mut conn, &req)).await {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
         Ok(ClaimOutcome::Archived) => {

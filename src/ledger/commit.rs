@@ -1,10 +1,10 @@
 //! **commit**: the one transaction the protocol allows, and the one home of *settling* it.
 //!
 //! A commit is the compare-and-swap on the claim's identity, the frame insert and the embedding
-//! application's extra writes, in one transaction (without extra writes, one statement:
-//! `ops.commit_frame`). Its outcome can be unknown to the caller only when no answer came for
-//! the COMMIT (or that one statement): the server may have committed and the answer been lost;
-//! an error the server answered with rolled the transaction back. An unknown outcome is settled by
+//! application's extra writes, in one transaction (without extra writes, the first two are one
+//! statement: `ops.commit_frame`). Its outcome can be unknown to the caller only when the error
+//! came *at* COMMIT (the server may have committed and the answer been lost); any error before
+//! COMMIT rolled the transaction back. An unknown outcome is settled by
 //! reading the ledger (the frame this claim's run would have landed, and the follow-up run the
 //! commit would have opened), never by building again blindly.
 //!
@@ -146,8 +146,7 @@ impl Commit {
         }
     }
 
-    /// The commit itself. `reached_commit` is set once a failure could hide a commit that
-    /// happened (the COMMIT, or the one statement, was sent and no answer came back).
+    /// The transaction itself. `reached_commit` is set just before COMMIT is sent.
     async fn transaction(
         &self,
         conn: &mut AsyncPgConnection,
@@ -201,54 +200,44 @@ impl Commit {
         .await
     }
 
-    /// A frame with no extra writes: `ops.commit_frame`, one statement that is its own
-    /// transaction (the compare-and-swap, then the frame; one round trip, one commit). An
-    /// error the server answered with rolled it back (a refused body comes back as SQLSTATE
-    /// BRF01 with the hint [`FRAME_REFUSED_HINT`]); any other failure may hide a commit.
+    /// A frame with no extra writes: `ops.commit_frame`, the compare-and-swap and the frame in
+    /// one statement, in its transaction (BEGIN, the statement, COMMIT: three round trips, not
+    /// four). A refused body comes back as SQLSTATE BRF01 with the hint [`FRAME_REFUSED_HINT`];
+    /// as with every statement before COMMIT, an error rolled the transaction back.
     async fn one_statement(
         &self,
         conn: &mut AsyncPgConnection,
         body: &str,
         reached_commit: Arc<AtomicBool>,
     ) -> Result<Landed> {
-        let c = self.claim;
-        let answer = diesel::select(sql::commit_frame(
-            c.firm_id,
-            c.matter_id,
-            c.token,
-            c.run_id,
-            self.next_run_id,
-            &self.node_id,
-            body,
-        ))
-        .get_result::<Option<i64>>(conn)
-        .await;
-        match answer {
-            Ok(Some(after)) => Ok(landed_from(&c, after, self.next_run_id)),
-            Ok(None) => Err(c.fenced()),
-            Err(diesel::result::Error::DatabaseError(_, info))
-                if info.hint() == Some(FRAME_REFUSED_HINT) =>
-            {
-                Err(Error::FrameRefused(info.message().to_owned()))
-            }
-            Err(e) => {
-                if !answered_by_the_server(&e) {
-                    reached_commit.store(true, Ordering::SeqCst);
+        let (c, next_run_id, node) = (self.claim, self.next_run_id, self.node_id.as_str());
+        conn.transaction(async move |tx| {
+            let answer = diesel::select(sql::commit_frame(
+                c.firm_id,
+                c.matter_id,
+                c.token,
+                c.run_id,
+                next_run_id,
+                node,
+                body,
+            ))
+            .get_result::<Option<i64>>(tx)
+            .await;
+            let after = match answer {
+                Ok(Some(after)) => after,
+                Ok(None) => return Err(c.fenced()),
+                Err(diesel::result::Error::DatabaseError(_, info))
+                    if info.hint() == Some(FRAME_REFUSED_HINT) =>
+                {
+                    return Err(Error::FrameRefused(info.message().to_owned()));
                 }
-                Err(e.into())
-            }
-        }
+                Err(e) => return Err(e.into()),
+            };
+            reached_commit.store(true, Ordering::SeqCst);
+            Ok(landed_from(&c, after, next_run_id))
+        })
+        .await
     }
-}
-
-/// Whether the server itself answered with this error (it carries a SQLSTATE): the statement,
-/// and the transaction it was, rolled back. The driver reports every failure without a
-/// SQLSTATE (a closed connection, a lost answer) as `UnableToSendCommand`: the statement may
-/// have committed then, and only the ledger can tell.
-fn answered_by_the_server(e: &diesel::result::Error) -> bool {
-    use diesel::result::DatabaseErrorKind as K;
-    matches!(e, diesel::result::Error::DatabaseError(kind, _)
-        if !matches!(kind, K::UnableToSendCommand | K::ClosedConnection))
 }
 
 /// The hint `ops.commit_frame` gives a body the database refused (its message is the refusal,

@@ -186,11 +186,13 @@ pub async fn apply_batch(
             };
             if let Some(why) = disagreement(wire, row) {
                 out[i] = Some(Applied::Refused(why));
-            } else if first_copy.contains_key(&row.event_id) {
-                out[i] = Some(Applied::Duplicate);
-            } else {
-                first_copy.insert(row.event_id, i);
+            } else if let std::collections::hash_map::Entry::Vacant(v) =
+                first_copy.entry(row.event_id)
+            {
+                v.insert(i);
                 confirmed.push(row.clone());
+            } else {
+                out[i] = Some(Applied::Duplicate);
             }
         }
         for (row, applied) in confirmed
@@ -265,6 +267,45 @@ pub async fn apply_rows(
             applied_from(row, a)
         })
         .collect()
+}
+
+/// One event the embedded transport's batch applied (`ops.drain_outbox`): what the trigger made
+/// of it (an outcome of `ops.apply_events`), and the ledger's ids a nudge carries.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Drained {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub event_id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub firm_id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub matter_id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub traceparent: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub outcome: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub requested_generation: Option<i64>,
+}
+
+/// The embedded transport's batch, in one statement (`ops.drain_outbox`, next to
+/// `ops.apply_events`): lock up to `limit` publishable outbox rows, apply them, mark them
+/// published. Called alone it is one transaction.
+pub async fn drain_outbox(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    limit: i64,
+) -> Result<Vec<Drained>> {
+    use diesel::sql_types::{Array, Integer, Text};
+    let heard: Vec<&str> = HEARD.to_vec();
+    Ok(diesel::sql_query(
+        "SELECT event_id, firm_id, matter_id, traceparent, outcome, requested_generation
+           FROM ops.drain_outbox($1, $2, $3)",
+    )
+    .bind::<Text, _>(consumer)
+    .bind::<Integer, _>(i32::try_from(limit).unwrap_or(i32::MAX))
+    .bind::<Array<Text>, _>(&heard)
+    .load(conn)
+    .await?)
 }
 
 /// What `ops.apply_events` said of `row`, in words an operator reads.

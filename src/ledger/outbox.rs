@@ -166,6 +166,21 @@ pub async fn lease_unpublished(
     Ok(rows.into_iter().map(LeasedRow::into_row).collect())
 }
 
+/// Gives leased rows back: their publishing lease is cleared, so any relay may take them at
+/// once (they were leased, so any backoff of theirs had passed). Only rows still unpublished
+/// are touched.
+pub async fn release_lease(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) -> Result<usize> {
+    use ops::domain_event_outbox::dsl as o;
+    Ok(diesel::update(
+        o::domain_event_outbox
+            .filter(o::event_id.eq_any(event_ids))
+            .filter(o::published_at.is_null()),
+    )
+    .set(o::next_attempt_at.eq(None::<chrono::DateTime<chrono::Utc>>))
+    .execute(conn)
+    .await?)
+}
+
 /// A row as `RETURNING` hands it back (by name, not by the table's column order).
 #[derive(diesel::QueryableByName)]
 #[diesel(table_name = ops::domain_event_outbox, check_for_backend(diesel::pg::Pg))]

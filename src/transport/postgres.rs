@@ -1,7 +1,7 @@
 //! The embedded transport (`transport.kind = "postgres"`): the outbox is drained straight into
-//! the trigger, inside one transaction per batch: lock unpublished rows, apply each through the
-//! inbox (same consumer path and dedupe as the broker's), mark them published, commit, then
-//! nudge. It wakes on the `briefrail_outbox` NOTIFY that an outbox insert sends at commit, and
+//! the trigger, one statement per batch (`ops.drain_outbox`): lock unpublished rows, apply them
+//! through the inbox (`ops.apply_events`, the broker's consumer path and dedupe), mark them
+//! published; then nudge. It wakes on the `briefrail_outbox` NOTIFY that an outbox insert sends at commit, and
 //! polls every `relay.poll_ms` in case a notification was missed (a dropped listener).
 
 use std::sync::Arc;
@@ -14,8 +14,7 @@ use futures_util::StreamExt;
 use super::Stop;
 use crate::db::Pool;
 use crate::error::{Error, Result};
-use crate::ledger::inbox::{self, Applied, BRIEF_RAIL};
-use crate::ledger::outbox;
+use crate::ledger::inbox::{self, BRIEF_RAIL};
 use crate::metrics::Metrics;
 use crate::nudge::{MatterKey, Nudge};
 use crate::secret::SecretUrl;
@@ -94,53 +93,38 @@ async fn listen(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<
 }
 
 /// One batch: apply up to `batch` unpublished events through the inbox and mark them
-/// published, in one transaction; then nudge. Returns how many rows it took.
+/// published, in one statement (`ops.drain_outbox`, one round trip and one commit); then
+/// nudge. Returns how many rows it took.
 ///
 /// Each demand locks its job row until the batch commits, so two nodes applying batches at
 /// once must lock rows in one global order or they can deadlock: `ops.apply_events` applies
 /// rows in `(firm_id, matter_id)` order, not in event order (demands commute).
 pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<usize> {
     let mut conn = opts.pool.get().await?;
-    let batch = opts.batch;
-    let (taken, found, duplicates) = conn
-        .transaction(async move |tx| {
-            let rows = outbox::lock_unpublished(tx, batch).await?;
-            let mut found = Vec::new();
-            let mut duplicates = 0u64;
-            // One statement for the whole batch (it applies rows in (firm, matter) order).
-            for (row, applied) in rows.iter().zip(inbox::apply_rows(tx, BRIEF_RAIL, &rows).await?) {
-                match applied {
-                    Applied::Demand { fact, .. } => found.push(Nudge {
-                        key: MatterKey {
-                            firm_id: fact.firm_id,
-                            matter_id: fact.matter_id,
-                        },
-                        event_ids: vec![fact.event_id],
-                        traceparent: fact.traceparent,
-                    }),
-                    Applied::Duplicate => duplicates += 1,
-                    Applied::Covered => tracing::debug!(event_id = %row.event_id, "covered by a build that reads it"),
-                    Applied::Gated(reason)
-                    | Applied::NotHeard(reason)
-                    | Applied::Refused(reason)
-                    | Applied::Expired(reason) => {
-                        tracing::debug!(event_id = %row.event_id, %reason, "no demand")
-                    }
-                }
+    let rows = inbox::drain_outbox(&mut conn, BRIEF_RAIL, opts.batch).await?;
+    drop(conn);
+    let mut duplicates = 0u64;
+    for row in &rows {
+        match row.outcome.as_str() {
+            "demand" => {
+                Metrics::inc(&opts.metrics.counters.events_consumed);
+                nudges.do_send(Nudge {
+                    key: MatterKey {
+                        firm_id: row.firm_id,
+                        matter_id: row.matter_id,
+                    },
+                    event_ids: vec![row.event_id],
+                    traceparent: row.traceparent.clone(),
+                });
             }
-            let ids: Vec<_> = rows.iter().map(|r| r.event_id).collect();
-            outbox::mark_published(tx, &ids).await?;
-            Ok::<_, Error>((rows.len(), found, duplicates))
-        })
-        .await?;
+            "duplicate" => duplicates += 1,
+            other => tracing::debug!(event_id = %row.event_id, outcome = other, "no demand"),
+        }
+    }
     for _ in 0..duplicates {
         Metrics::inc(&opts.metrics.counters.events_duplicate);
     }
-    for nudge in found {
-        Metrics::inc(&opts.metrics.counters.events_consumed);
-        nudges.do_send(nudge);
-    }
-    Ok(taken)
+    Ok(rows.len())
 }
 
 impl Handler<Stop> for PgTransport {

@@ -209,69 +209,105 @@ pub const WINDOWS_PER_LEASE: usize = 4;
 
 /// Publishes everything publishable now, `relay.batch` messages at a time (the confirm window:
 /// a window's confirms all arrive before the next window is published). Rows are leased
-/// [`WINDOWS_PER_LEASE`] windows at a time; while the broker confirms a lease's first window
-/// the ledger marks the previous lease's rows, and while it confirms the last window the next
-/// lease is taken (their rows are disjoint: leased rows are skipped), so the ledger's round
-/// trips hide behind the confirms without widening the window.
+/// [`WINDOWS_PER_LEASE`] windows at a time, and the ledger works beside the broker: while one
+/// lease's windows are published and confirmed, the previous lease's rows are marked and the
+/// next lease is taken (their rows are disjoint: leased rows are skipped), so the ledger's
+/// round trips hide behind the broker's without widening the window.
 pub async fn drain(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
     let window = opts.relay_batch.max(1) as usize;
+    let cap = window * WINDOWS_PER_LEASE;
     let mut total = 0;
-    let mut rows = lease(opts, window * WINDOWS_PER_LEASE).await?;
+    let mut rows = lease(opts, cap).await?;
     let mut previous: Option<BatchOutcome> = None;
     while !rows.is_empty() {
         total += rows.len();
-        let full = rows.len() == window * WINDOWS_PER_LEASE;
-        let windows: Vec<&[OutboxRow]> = rows.chunks(window).collect();
-        let mut settled = BatchOutcome::empty();
-        let mut next = Vec::new();
-        for (i, w) in windows.iter().enumerate() {
-            let (pending, broken) = publish(ch, opts, w).await;
-            let last = i + 1 == windows.len();
-            let go_on = last && full && broken.is_none();
-            let prev = if i == 0 { previous.take() } else { None };
-            let (outcome, marked, leased) = tokio::join!(
-                confirmed(pending, w, broken),
-                async {
-                    match &prev {
-                        Some(p) => mark(opts, p).await,
-                        None => Ok(()),
-                    }
-                },
-                async {
-                    if go_on {
-                        lease(opts, window * WINDOWS_PER_LEASE).await
-                    } else {
-                        Ok(Vec::new())
-                    }
-                },
-            );
-            settled.absorb(outcome);
-            // On any error, settle what was confirmed before reporting it; rows left unmarked
-            // wait out their publishing lease and are published again (the inbox absorbs the
-            // duplicate).
-            if let Err(e) = marked.and_then(|()| leased.map(|l| next = l)) {
-                let _ = mark(opts, &settled).await;
-                return Err(e);
+        let full = rows.len() == cap;
+        let prev = previous.take();
+        let (mut settled, marked, next) = tokio::join!(
+            publish_windows(ch, opts, &rows, window),
+            async {
+                match &prev {
+                    Some(p) => mark(opts, p).await,
+                    None => Ok(()),
+                }
+            },
+            async {
+                if full {
+                    lease(opts, cap).await
+                } else {
+                    Ok(Vec::new())
+                }
+            },
+        );
+        // On any error, settle what was confirmed and give the next lease back before
+        // reporting it; rows left unmarked wait out their publishing lease and are published
+        // again (the inbox absorbs the duplicate).
+        let failure = match (&marked, &next) {
+            (Err(e), _) | (_, Err(e)) => Some(Error::internal(e.to_string())),
+            _ => settled.broken.take(),
+        };
+        if let Some(e) = failure {
+            if let Ok(n) = &next {
+                give_back(opts, n).await;
             }
-            if let Some(e) = settled.broken.take() {
-                // Rows of the lease not yet published keep their error and back off.
-                settled.failed.extend(
-                    windows[i + 1..]
-                        .iter()
-                        .flat_map(|w| w.iter())
-                        .map(|r| (r.event_id, e.to_string())),
-                );
-                mark(opts, &settled).await?;
-                return Err(e);
+            if marked.is_err() {
+                if let Some(p) = &prev {
+                    let _ = mark(opts, p).await;
+                }
             }
+            mark(opts, &settled).await?;
+            return Err(marked.err().or(next.err()).unwrap_or(e));
         }
         previous = Some(settled);
-        rows = next;
+        rows = next?;
     }
     if let Some(p) = previous {
         mark(opts, &p).await?;
     }
     Ok(total)
+}
+
+/// Publishes a lease's rows window by window, each window's confirms awaited before the next;
+/// stops at the first broken channel (the rows not published are failed with its error).
+async fn publish_windows(
+    ch: &Channel,
+    opts: &AmqpOptions,
+    rows: &[OutboxRow],
+    window: usize,
+) -> BatchOutcome {
+    let mut settled = BatchOutcome::empty();
+    let windows: Vec<&[OutboxRow]> = rows.chunks(window).collect();
+    for (i, w) in windows.iter().enumerate() {
+        let (pending, broken) = publish(ch, opts, w).await;
+        settled.absorb(confirmed(pending, w, broken).await);
+        if let Some(e) = &settled.broken {
+            let e = e.to_string();
+            settled.failed.extend(
+                windows[i + 1..]
+                    .iter()
+                    .flat_map(|w| w.iter())
+                    .map(|r| (r.event_id, e.clone())),
+            );
+            break;
+        }
+    }
+    settled
+}
+
+/// Hands leased rows back at once (their publishing lease cleared), so a relay that stops
+/// before publishing them does not make them wait out [`PUBLISH_LEASE`].
+async fn give_back(opts: &AmqpOptions, rows: &[OutboxRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.event_id).collect();
+    let released = match opts.pool.get().await {
+        Ok(mut c) => outbox::release_lease(&mut c, &ids).await,
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = released {
+        tracing::debug!(error = %e, rows = ids.len(), "could not give leased rows back; their lease runs out");
+    }
 }
 
 impl BatchOutcome {

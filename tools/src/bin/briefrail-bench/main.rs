@@ -2,7 +2,9 @@
 //! the same run (raw SQL through tokio-postgres, a raw lapin publisher), printed as a table and
 //! written to `bench/results.json`. Absolute times drift on a shared machine; ratios do not.
 //! `briefrail-bench retention` runs only the retention measurement ([`retention`]; its size is
-//! `BRIEFRAIL_BENCH_RETENTION_ROWS`, default 10,000,000) and updates its entry in the file.
+//! `BRIEFRAIL_BENCH_RETENTION_ROWS`, default 10,000,000) and updates its entry in the file;
+//! `briefrail-bench e2e` only the end-to-end runs of the release binary ([`e2e`]; which runs:
+//! `BRIEFRAIL_BENCH_E2E`); `briefrail-bench core` everything but retention.
 
 mod e2e;
 mod retention;
@@ -19,7 +21,7 @@ use briefrail::metrics::Metrics;
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::transport::amqp::{self, AmqpOptions, Topology, message, relay};
-use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
 use serde_json::json;
@@ -180,8 +182,8 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// Outbox commit → build start (both stamped by the database clock), `n` events on distinct
-/// matters, one at a time.
+/// Fact commit → build start (both read from the database clock: the fact's transaction just
+/// before its COMMIT, the run's start), `n` events on distinct matters, one at a time.
 async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f64, f64, f64)> {
     let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
     let mut s = settings(url);
@@ -202,7 +204,24 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
     let mut lat = Vec::new();
     for _ in 0..n {
         let matter = Uuid::new_v4();
-        facts::create_matter(&mut c, firm, matter, "Bench v. Mark").await?;
+        // The fact's transaction reads the clock just before its COMMIT: the latency counts
+        // the commit itself (an outbox row's created_at is its transaction's start instead).
+        let committing: f64 = c
+            .transaction(async move |tx| {
+                facts::create_matter(tx, firm, matter, "Bench v. Mark").await?;
+                #[derive(diesel::QueryableByName)]
+                struct T {
+                    #[diesel(sql_type = diesel::sql_types::Double)]
+                    t: f64,
+                }
+                let t: T = diesel::sql_query(
+                    "SELECT extract(epoch FROM clock_timestamp())::float8 * 1000 AS t",
+                )
+                .get_result(tx)
+                .await?;
+                Ok::<_, briefrail::Error>(t.t)
+            })
+            .await?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             #[derive(diesel::QueryableByName)]
@@ -211,9 +230,8 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
                 ms: Option<f64>,
             }
             let l: L = diesel::sql_query(format!(
-                "SELECT (extract(epoch FROM (r.started_at - o.created_at)) * 1000)::float8 AS ms
-                   FROM ops.domain_event_outbox o JOIN ops.matter_frame_runs r USING (firm_id, matter_id)
-                  WHERE o.matter_id = '{matter}'"
+                "SELECT (extract(epoch FROM r.started_at) * 1000)::float8 - {committing} AS ms
+                   FROM ops.matter_frame_runs r WHERE r.matter_id = '{matter}'"
             ))
             .get_result(&mut c)
             .await
@@ -475,10 +493,14 @@ async fn e2e_section(
     let mut list = Vec::new();
     for run in &runs {
         let conns = e2e::POOL * run.nodes;
-        if !ceilings.contains_key(&conns) {
-            ceilings.insert(conns, e2e::ceiling(server, conns, 5.0).await?);
-        }
-        let ceiling = ceilings[&conns];
+        let ceiling = match ceilings.get(&conns) {
+            Some(c) => *c,
+            None => {
+                let c = e2e::ceiling(server, conns, 5.0).await?;
+                ceilings.insert(conns, c);
+                c
+            }
+        };
         let s = e2e::serve(server, run).await?;
         println!(
             "{:<44} {:>9.0} {:>9.0} {:>6.2} {:>9.0} {:>6} {:>8.1} {:>15}",
@@ -553,7 +575,7 @@ async fn main() -> R<()> {
             .unwrap_or(0)
     );
     match only.as_deref() {
-        None => {}
+        None | Some("core") => {}
         Some("retention") => {
             let mut results = earlier_results();
             println!(
@@ -564,6 +586,49 @@ async fn main() -> R<()> {
             results.insert("retention_measured_at".into(), json!(chrono::Utc::now()));
             return write_results(results);
         }
+        Some("latency") => {
+            let name = admin::split_url(&server)?.0;
+            admin::drop_database(&server, &name).await?;
+            admin::create_database_if_missing(&server).await?;
+            db::migrate::run_pending(&server).await?;
+            let pool = db::connect(&db::PoolOptions::new(server.clone()).size(10)).await?;
+            for kind in [TransportKind::Amqp, TransportKind::Postgres] {
+                let (p50, p99, max) = latency(&server, &pool, kind, 200).await?;
+                println!("nudge latency {kind:?}: p50 {p50:.1} p99 {p99:.1} max {max:.1} ms");
+            }
+            drop(pool);
+            admin::drop_database(&server, &name).await?;
+            return Ok(());
+        }
+        Some("scale") => {
+            let name = admin::split_url(&server)?.0;
+            admin::drop_database(&server, &name).await?;
+            admin::create_database_if_missing(&server).await?;
+            db::migrate::run_pending(&server).await?;
+            let pool = db::connect(&db::PoolOptions::new(server.clone()).size(18)).await?;
+            let (before, peak, actors) = scale(&server, &pool, 100_000).await?;
+            println!(
+                "resident MiB with 100000 matters demanded once: {peak:.0} (before {before:.0}, {actors} actors)"
+            );
+            drop(pool);
+            admin::drop_database(&server, &name).await?;
+            return Ok(());
+        }
+        Some("relay") => {
+            let name = admin::split_url(&server)?.0;
+            admin::drop_database(&server, &name).await?;
+            admin::create_database_if_missing(&server).await?;
+            db::migrate::run_pending(&server).await?;
+            let pool = db::connect(&db::PoolOptions::new(server.clone()).size(4)).await?;
+            let (ours, raw) = relay_rates(&server, &pool, 10_000, 100).await?;
+            println!(
+                "relay events/s with confirms, window 100: {ours:.0} vs raw lapin {raw:.0}: {:.2}",
+                ours / raw
+            );
+            drop(pool);
+            admin::drop_database(&server, &name).await?;
+            return Ok(());
+        }
         Some("e2e") => {
             let mut results = earlier_results();
             e2e_section(&server, &mut results).await?;
@@ -572,7 +637,7 @@ async fn main() -> R<()> {
         }
         Some(other) => {
             return Err(format!(
-                "unknown section {other:?}: give none (everything), `e2e` or `retention`"
+                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e` or `retention`"
             )
             .into());
         }
@@ -584,7 +649,19 @@ async fn main() -> R<()> {
     let url = server.clone();
     let conns = 4usize;
     let pool = db::connect(&db::PoolOptions::new(url.clone()).size(conns as u32 * 2 + 2)).await?;
-    let mut results = serde_json::Map::new();
+    // `core` keeps the retention figures of an earlier run (loading its rows takes minutes).
+    let core = only.as_deref() == Some("core");
+    let mut results = if core {
+        let mut kept = serde_json::Map::new();
+        for (k, v) in earlier_results() {
+            if k.starts_with("retention") {
+                kept.insert(k, v);
+            }
+        }
+        kept
+    } else {
+        serde_json::Map::new()
+    };
 
     // 1. Ledger throughput.
     let firm = Uuid::new_v4();
@@ -619,7 +696,7 @@ async fn main() -> R<()> {
             Ok((p50, p99, max)) => {
                 println!(
                     "{:<58} {:>10} {:>10} {:>7}",
-                    format!("nudge latency {label}: outbox commit → build start, ms"),
+                    format!("nudge latency {label}: fact commit → build start, ms"),
                     format!("p50 {p50:.1}"),
                     format!("p99 {p99:.1}"),
                     format!("max {max:.0}")
@@ -698,7 +775,11 @@ async fn main() -> R<()> {
 
     drop(pool);
     admin::drop_database(&server, &name).await?;
-    retention_section(&server, &mut results).await?;
+    e2e_section(&server, &mut results).await?;
+    if !core {
+        retention_section(&server, &mut results).await?;
+        results.insert("retention_measured_at".into(), json!(chrono::Utc::now()));
+    }
     results.insert("measured_at".into(), json!(chrono::Utc::now()));
     write_results(results)
 }

@@ -9,9 +9,10 @@
 //! `CancelRequest`) passes through unparsed from then on, for that direction of that connection.
 //!
 //! Per connection, the client side tracks statement name → what the statement is (BEGIN,
-//! COMMIT, ROLLBACK, other; whether its text contains `commit_claim`), and portal → statement.
+//! COMMIT, ROLLBACK, other; whether its text contains `commit_claim` or `commit_frame`), and
+//! portal → statement.
 //! A transaction is a *build commit* if a statement executed since its BEGIN (simple `Q`, or
-//! extended `Execute` of a bound portal) had `commit_claim` in its text; its COMMIT (simple or
+//! extended `Execute` of a bound portal) had `commit_claim` or `commit_frame` in its text; its COMMIT (simple or
 //! extended) is what the commit modes act on. The answer to a forwarded build COMMIT is the next
 //! server `CommandComplete` tagged COMMIT/ROLLBACK, or the next `ErrorResponse`.
 

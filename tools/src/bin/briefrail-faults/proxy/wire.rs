@@ -138,9 +138,11 @@ pub(super) struct Stmt {
 
 impl Stmt {
     pub(super) fn of(text: &[u8]) -> Self {
-        let claim = text
-            .windows(b"commit_claim".len())
-            .any(|w| w.eq_ignore_ascii_case(b"commit_claim"));
+        // The build's compare-and-swap: `ops.commit_claim`, or `ops.commit_frame` (which calls it).
+        let claim = [&b"commit_claim"[..], b"commit_frame"].iter().any(|name| {
+            text.windows(name.len())
+                .any(|w| w.eq_ignore_ascii_case(name))
+        });
         let mut words = text
             .split(|c| c.is_ascii_whitespace() || *c == b';')
             .filter(|w| !w.is_empty());
