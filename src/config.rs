@@ -197,13 +197,19 @@ pub struct ReconcileSettings {
 pub struct NodeSettings {
     /// Recorded on every run this node starts. Empty: `hostname-pid`.
     pub id: String,
+    /// How often the node writes its heartbeat to `ops.nodes` (the console's nodes page); it
+    /// shows as gone after three of its own intervals without one.
+    pub heartbeat_seconds: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct HttpSettings {
     pub bind: String,
-    /// Bearer token required by the API; mandatory when `bind` is not loopback.
+    /// Bearer token required by the API; mandatory when `bind` is not loopback. The console's
+    /// login trades it for a session.
     pub token: String,
+    /// How long a console session lasts after login.
+    pub session_minutes: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -337,6 +343,8 @@ impl Settings {
     /// right side of the other (heartbeat within the lease, maxima at least their bases).
     fn validate_timings(&self) -> Result<(), ConfigError> {
         positive("lease.seconds", self.lease.seconds)?;
+        positive("node.heartbeat_seconds", self.node.heartbeat_seconds)?;
+        positive("http.session_minutes", self.http.session_minutes)?;
         if let Some(hb) = self.lease.heartbeat_seconds {
             positive("lease.heartbeat_seconds", hb)?;
             if hb >= self.lease.seconds {

@@ -3,10 +3,37 @@
 
 pub mod ops {
     diesel::table! {
+        ops.console_sessions (session_id) {
+            session_id -> Text,
+            csrf_token -> Text,
+            created_at -> Timestamptz,
+            expires_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
         ops.consumed_events (consumer, event_id) {
             consumer -> Text,
             event_id -> Uuid,
             consumed_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
+        ops.dead_letters (dead_letter_id) {
+            dead_letter_id -> Uuid,
+            consumer -> Text,
+            event_id -> Nullable<Uuid>,
+            routing_key -> Text,
+            body -> Bytea,
+            body_truncated -> Bool,
+            traceparent -> Nullable<Text>,
+            reason -> Text,
+            node_id -> Text,
+            refused_at -> Timestamptz,
+            replays -> Int4,
+            resolved_at -> Nullable<Timestamptz>,
+            resolution -> Nullable<Text>,
         }
     }
 
@@ -86,6 +113,18 @@ pub mod ops {
     }
 
     diesel::table! {
+        ops.nodes (node_id) {
+            node_id -> Text,
+            version -> Text,
+            transport -> Text,
+            heartbeat_seconds -> Float8,
+            started_at -> Timestamptz,
+            last_seen_at -> Timestamptz,
+            stopped_at -> Nullable<Timestamptz>,
+        }
+    }
+
+    diesel::table! {
         ops.retention_horizon (only_row) {
             only_row -> Bool,
             events_removed_through -> Timestamptz,
@@ -93,12 +132,15 @@ pub mod ops {
     }
 
     diesel::allow_tables_to_appear_in_same_query!(
+        console_sessions,
         consumed_events,
+        dead_letters,
         domain_event_outbox,
         ledger_clock,
         matter_frame_jobs,
         matter_frame_runs,
         matter_frames,
+        nodes,
         retention_horizon,
     );
 }

@@ -1409,6 +1409,49 @@ async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
     );
 }
 
+/// A clean shutdown's hand-back is not a failure: the run is `released`, the row `idle` with its
+/// demand still unserved (so the next claim serves it, no backoff, no retry spent), and the
+/// matter is counted neither in `briefrail_matters_failed` nor as failed by the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_handed_back_at_shutdown_is_released_not_failed() {
+    let db = TestDb::new(2).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Released v. Failed")
+        .await
+        .unwrap();
+    let claim = won(&db, firm, matter).await;
+    t::release(&mut c, &claim, "node shutting down")
+        .await
+        .unwrap();
+    let run = reads::run(&mut c, claim.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        (run.outcome, run.error.as_deref()),
+        (RunOutcome::Released, Some("node shutting down"))
+    );
+    let row = job(&db, firm, matter).await;
+    assert_eq!(row.run_status, RunStatus::Idle);
+    assert!(row.unserved(), "its demand is still to be served");
+    assert_eq!((row.consecutive_failures, row.not_before), (0, None));
+    assert_eq!(reads::gauges(&mut c).await.unwrap().failed_matters, 0);
+    assert_eq!(
+        briefrail::ledger::console::state_of(&mut c, firm, matter, 5)
+            .await
+            .unwrap(),
+        Some(briefrail::ledger::console::MatterState::Unserved)
+    );
+    let offered = t::unserved(&mut c, 5, 10, Duration::ZERO).await.unwrap();
+    assert!(
+        offered.iter().any(|m| m.matter_id == matter),
+        "reconcile offers it at once"
+    );
+    let next = retried(&db, firm, matter).await;
+    assert!(next.token > claim.token);
+    // A stale hand-back (the token superseded) changes nothing and is recorded as fenced.
+    t::release(&mut c, &claim, "node shutting down").await.ok();
+    assert_eq!(job(&db, firm, matter).await.run_status, RunStatus::Running);
+}
+
 /// The mutation controls (`tests/common/mutations.rs`): every deliberate bug in the live SQL
 /// that names a killer in this binary makes each of those killers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

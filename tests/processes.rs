@@ -222,7 +222,7 @@ async fn sigterm_hands_the_claim_back_and_exits_zero_within_grace() {
     .await;
     assert_eq!(
         (old.outcome, old.error.as_deref()),
-        (RunOutcome::Failed, Some("node shutting down"))
+        (RunOutcome::Released, Some("node shutting down"))
     );
     run_where(db, firm, matter, 20, "the successor to land", |r| {
         r.token > held.token && r.outcome == RunOutcome::Landed

@@ -910,7 +910,7 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
         &pool,
         "SELECT count(*) AS n FROM ops.matter_frame_runs
           WHERE outcome <> 'landed'
-            AND NOT (outcome = 'failed' AND error = 'node shutting down'
+            AND NOT (outcome IN ('failed', 'released') AND error = 'node shutting down'
                      AND node_id IN ('old-a', 'old-b'))",
     )
     .await;

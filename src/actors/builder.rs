@@ -320,9 +320,35 @@ async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> Build
 
 async fn fail(env: &BuildEnv, claim: &Claim, message: &str, permanent: bool) -> BuildOutcome {
     match ledger_call(env, claim, Close::Fail { message, permanent }).await {
-        Ok(()) => BuildOutcome::Failed(message.to_owned()),
+        Ok(()) => {
+            warn_if_exhausted(env, claim).await;
+            BuildOutcome::Failed(message.to_owned())
+        }
         Err(Error::Fenced { .. }) => BuildOutcome::Fenced,
         Err(e) => BuildOutcome::Unsettled(e.to_string()),
+    }
+}
+
+/// A failure that used up the matter's retries says so, with what to do: nothing rebuilds it
+/// until a new demand. Read from the row the failure just wrote (one read, on failures only).
+async fn warn_if_exhausted(env: &BuildEnv, claim: &Claim) {
+    let Ok(mut c) = env.pool.get().await else {
+        return;
+    };
+    if let Ok(Some(job)) = crate::ledger::reads::job(&mut c, claim.firm_id, claim.matter_id).await {
+        let max = env.retry.max_attempts;
+        if job.run_status == crate::ledger::RunStatus::Failed
+            && i64::from(job.consecutive_failures) >= i64::from(max)
+        {
+            tracing::warn!(
+                firm_id = %claim.firm_id, matter_id = %claim.matter_id, token = claim.token,
+                failures = job.consecutive_failures, max_attempts = max,
+                "retries exhausted: nothing rebuilds this matter until a new demand; fix the cause \
+                 the run's error names, then run `briefrail matter retry --firm {} --matter {}` \
+                 (or press Retry on its console page)",
+                claim.firm_id, claim.matter_id
+            );
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //!                              ▼                      │
 //!                         BuilderActor × builders.concurrency (carries token, heartbeats, commits)
 //!  Sweeper ── sweep + reconcile on the ledger ─▶ nudges; retention passes beside
+//!  Presence ── the node's heartbeat in ops.nodes (the console's nodes page)
 //! ```
 //!
 //! No actor holds truth: every decision that matters is a ledger statement, so a lost message
@@ -14,6 +15,7 @@
 pub mod builder;
 pub mod context;
 pub mod matter;
+pub mod presence;
 pub mod retention;
 pub mod supervisor;
 pub mod sweeper;

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::builder::{BuildEnv, BuilderPool};
 pub use super::context::NodeContext;
+use super::presence::{Depart, Presence};
 use super::retention::RetentionReport;
 use super::supervisor::{ActorCount, Supervisor};
 use super::sweeper::{RetainNow, SweepNow, SweepReport, Sweeper};
@@ -49,6 +50,7 @@ pub struct Actors {
     pub context: Arc<NodeContext>,
     supervisor: Addr<Supervisor>,
     sweeper: Addr<Sweeper>,
+    presence: Addr<Presence>,
     draining: watch::Sender<bool>,
     cancel: watch::Sender<bool>,
 }
@@ -85,11 +87,13 @@ impl Actors {
             opts.sweeper,
         )
         .start();
+        let presence = Presence::new(context.clone()).start();
         tracing::info!(node_id = %context.node_id, builders = context.slots.size(), "actors started");
         Self {
             context,
             supervisor,
             sweeper,
+            presence,
             draining: draining_tx,
             cancel: cancel_tx,
         }
@@ -158,6 +162,7 @@ impl Actors {
             self.context.slots.wait_idle(Duration::from_secs(10)).await;
         }
         self.sweeper.do_send(StopSweeper);
+        let _ = self.presence.send(Depart).await;
         drained
     }
 }

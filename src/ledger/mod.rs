@@ -21,6 +21,8 @@
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
 //! * [`reads`]: what operators and tests look at.
 //! * [`retention`]: what the sweeper removes once no guarantee needs it.
+//! * [`console`], [`presence`], [`dead_letters`], [`sessions`]: what the operator console
+//!   reads and does (matter states, retry; nodes; refused messages; browser sessions).
 //!
 //! Tokens order writes; they do not give mutual exclusion. A zombie and its successor can
 //! build at the same time; only the successor's commit lands, and the zombie learns at its
@@ -28,13 +30,17 @@
 
 pub mod clock;
 pub mod commit;
+pub mod console;
+pub mod dead_letters;
 pub mod event_name;
 pub mod facts;
 pub mod inbox;
 pub mod models;
 pub mod outbox;
+pub mod presence;
 pub mod reads;
 pub mod retention;
+pub mod sessions;
 mod sql;
 pub mod states;
 pub mod transitions;

@@ -73,7 +73,8 @@ text_enum! {
         Idle = "idle",
         /// A claim holds the row until its lease deadline.
         Running = "running",
-        /// The last claim failed (or was handed back); `not_before` says when to retry.
+        /// The last claim failed; `not_before` says when to retry (a claim handed back at a
+        /// clean shutdown leaves the row idle since migration 000010).
         Failed = "failed",
     }
 }
@@ -87,10 +88,13 @@ text_enum! {
         Landed = "landed",
         /// Its token was stale at a heartbeat or at commit: nothing was written.
         Fenced = "fenced",
-        /// It ended without a frame (an error, a timeout, a hand-back at shutdown).
+        /// It ended without a frame: an error or a timeout (a retry is spent, with backoff).
         Failed = "failed",
         /// Its lease ran out; the sweep or a later claim closed it.
         LeaseExpired = "lease_expired",
+        /// A clean shutdown handed its claim back (migration 000010): nothing went wrong, no
+        /// retry is spent, and the matter is claimable at once.
+        Released = "released",
     }
 }
 

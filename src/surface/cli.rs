@@ -1,5 +1,5 @@
 //! `briefrail`'s command line. Parsing and dispatch only: every command is a call into the
-//! library. Exit codes: 0 success, 2 bad arguments or config, 1 runtime failure, each failure
+//! library (the operator's reads and actions print through `cli_operator.rs`). Exit codes: 0 success, 2 bad arguments or config, 1 runtime failure, each failure
 //! with a one-line reason on stderr.
 
 use std::path::PathBuf;
@@ -12,7 +12,11 @@ use uuid::Uuid;
 use crate::config::Settings;
 use crate::db;
 use crate::error::{Error, Result};
+use crate::ledger::console::{self, MatterState};
 use crate::ledger::{facts, reads};
+
+#[path = "cli_operator.rs"]
+mod operator;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,7 +58,17 @@ pub enum Command {
     /// The transactional outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
-    /// Show a matter's job row, unserved demand, recent runs and latest frame.
+    /// Messages the trigger refused: list, replay through the inbox, discard.
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(DeadLettersCommand),
+    /// Every node that ran against this ledger: version, start, last seen, builds in flight,
+    /// alive or gone.
+    Nodes {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a matter's state, job row, unserved demand, recent runs and latest frame.
     Status {
         #[command(flatten)]
         matter: MatterArgs,
@@ -89,6 +103,60 @@ pub enum MatterCommand {
         #[command(flatten)]
         matter: MatterArgs,
     },
+    /// A firm's matters, by title, with their state.
+    List {
+        #[arg(long, value_name = "UUID")]
+        firm: Uuid,
+        /// Only matters in this state.
+        #[arg(long, value_name = "STATE", value_parser = parse_state)]
+        state: Option<MatterState>,
+        /// Only matters whose title contains this text (case-insensitive).
+        #[arg(long, value_name = "TEXT")]
+        query: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retry a matter whose retries ran out (or that is failing): records a new demand, which
+    /// restarts its retries.
+    Retry {
+        #[command(flatten)]
+        matter: MatterArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadLettersCommand {
+    /// The open dead letters, newest first (with --all, the resolved ones too).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply a dead letter through the inbox again; refused again, it stays open.
+    Replay {
+        #[arg(value_name = "ID")]
+        id: Uuid,
+    },
+    /// Mark a dead letter handled without applying it.
+    Discard {
+        #[arg(value_name = "ID")]
+        id: Uuid,
+    },
+}
+
+fn parse_state(s: &str) -> std::result::Result<MatterState, String> {
+    s.parse::<MatterState>().map_err(|e| match e {
+        Error::InvalidInput(m) => m,
+        other => other.to_string(),
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -142,6 +210,14 @@ pub enum BriefCommand {
         matter: Option<Uuid>,
         #[arg(long)]
         all: bool,
+    },
+    /// Print a matter's current Brief (its latest landed frame) for a person, or as JSON.
+    Show {
+        #[command(flatten)]
+        matter: MatterArgs,
+        /// Print the frame's JSON body instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -202,11 +278,45 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
         Command::Brief(BriefCommand::Request { firm, matter, all }) => {
             request_brief(&mut conn, firm, matter, all).await?;
         }
+        Command::Brief(BriefCommand::Show { matter, json }) => {
+            operator::brief_show(&mut conn, &matter, json).await?;
+        }
+        Command::Matter(MatterCommand::List {
+            firm,
+            state,
+            query,
+            limit,
+            json,
+        }) => {
+            let q = console::MatterQuery {
+                firm_id: Some(firm),
+                text: query,
+                state,
+                limit,
+                offset: 0,
+            };
+            operator::matter_list(&mut conn, &q, settings.retry.max_attempts, json).await?;
+        }
+        Command::Matter(MatterCommand::Retry { matter }) => {
+            let event = console::retry(
+                &mut conn,
+                matter.firm,
+                matter.matter,
+                settings.retry.max_attempts,
+            )
+            .await?;
+            println!(
+                "retry recorded for matter {} (event {event}): its retries start again",
+                matter.matter
+            );
+        }
+        Command::DeadLetters(c) => operator::dead_letters(&mut conn, c).await?,
+        Command::Nodes { json } => operator::nodes(&mut conn, json).await?,
         Command::Outbox(OutboxCommand::RepublishStranded) => {
             republish_stranded(&mut conn).await?;
         }
         Command::Status { matter, json, runs } => {
-            status(&mut conn, &matter, json, runs).await?;
+            status(&mut conn, &matter, json, runs, settings.retry.max_attempts).await?;
         }
     }
     Ok(())
@@ -325,19 +435,38 @@ async fn republish_stranded(conn: &mut AsyncPgConnection) -> Result<()> {
     Ok(())
 }
 
-/// `status`: the matter's job row, demand, recent runs and latest frame, as text or JSON.
+/// `status`: the matter's state, job row, demand, recent runs and latest frame, as text or
+/// JSON. An unknown matter is an error (exit 2), like every other command's.
 async fn status(
     conn: &mut AsyncPgConnection,
     matter: &MatterArgs,
     json: bool,
     runs: i64,
+    max_attempts: u32,
 ) -> Result<()> {
+    let state = console::state_of(conn, matter.firm, matter.matter, max_attempts).await?;
     let status = reads::status(conn, matter.firm, matter.matter, runs).await?;
+    let Some(state) = state.or(status.job.as_ref().map(|_| console::MatterState::Unserved)) else {
+        return Err(Error::NotFound(format!(
+            "matter {} of firm {} (no such matter in the record, and no job row)",
+            matter.matter, matter.firm
+        )));
+    };
     if json {
-        let text = serde_json::to_string_pretty(&status)
+        let mut value = serde_json::to_value(&status)
+            .map_err(|e| Error::internal_from("serialising the status", e))?;
+        value["state"] = serde_json::json!(state.as_str());
+        let text = serde_json::to_string_pretty(&value)
             .map_err(|e| Error::internal_from("serialising the status", e))?;
         println!("{text}");
     } else {
+        println!("state: {}", state.label());
+        if state == console::MatterState::RetriesExhausted {
+            println!(
+                "{}",
+                operator::exhausted_advice(matter.firm, matter.matter, max_attempts)
+            );
+        }
         print!("{}", render_status(&status));
     }
     Ok(())

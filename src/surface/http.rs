@@ -5,10 +5,13 @@
 //! * `GET /metrics`: Prometheus text: this node's counters and the ledger's gauges.
 //! * `GET /api/firms/{firm}/matters/{matter}`: job row, runs, latest frame's metadata.
 //! * `POST /api/firms/{firm}/matters/{matter}/brief-requests`: records `brief.requested` (202).
-//! * `GET /`: a small HTML status page.
+//! * `GET /`, `/matters`, `/firms/{firm}/matters/{matter}`, `/dead-letters`, `/nodes`, `/login`:
+//!   the operator console ([`crate::surface::console`]).
 //!
-//! When `http.token` is set, `/api/*` and `/` require `Authorization: Bearer <token>`; a node
-//! bound beyond loopback refuses to start without one (config validation).
+//! When `http.token` is set, `/api/*` requires `Authorization: Bearer <token>` (the scheme in
+//! any case) and the console a session opened by `POST /login` with that token (or the same
+//! bearer header); a node bound beyond loopback refuses to start without one (config
+//! validation). A wrong method answers 405 with `Allow`; a body over [`BODY_LIMIT`] 413.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,13 +20,12 @@ use actix_web::dev::ServerHandle;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
-use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::config::{Settings, TransportKind};
 use crate::db::Pool;
 use crate::error::{Error, Result};
-use crate::ledger::{RunOutcome, facts, reads};
+use crate::ledger::{facts, reads};
 use crate::metrics::Metrics;
 
 /// What the handlers share.
@@ -71,15 +73,45 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(state.clone())
-            .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz))
-            .route("/metrics", web::get().to(metrics))
-            .route("/api/firms/{firm}/matters/{matter}", web::get().to(matter))
-            .route(
+            .app_data(web::FormConfig::default().limit(BODY_LIMIT))
+            .app_data(web::PayloadConfig::default().limit(BODY_LIMIT))
+            .wrap_fn(|req, srv| {
+                // Refused before a handler runs, whatever the route reads.
+                let declared = req
+                    .headers()
+                    .get(actix_web::http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<usize>().ok());
+                let call = if declared.is_some_and(|n| n > BODY_LIMIT) {
+                    Err(req)
+                } else {
+                    Ok(actix_web::dev::Service::call(srv, req))
+                };
+                async move {
+                    match call {
+                        Ok(f) => f.await.map(|r| r.map_into_left_body()),
+                        Err(req) => Ok(req
+                            .into_response(HttpResponse::PayloadTooLarge().json(json!({
+                                "error": format!("the body exceeds the {BODY_LIMIT}-byte limit")
+                            })))
+                            .map_into_right_body()),
+                    }
+                }
+            })
+            .service(only("/healthz", "GET", web::get().to(healthz)))
+            .service(only("/readyz", "GET", web::get().to(readyz)))
+            .service(only("/metrics", "GET", web::get().to(metrics)))
+            .service(only(
+                "/api/firms/{firm}/matters/{matter}",
+                "GET",
+                web::get().to(matter),
+            ))
+            .service(only(
                 "/api/firms/{firm}/matters/{matter}/brief-requests",
+                "POST",
                 web::post().to(brief_request),
-            )
-            .route("/", web::get().to(index))
+            ))
+            .configure(crate::surface::console::routes)
     })
     .workers(1)
     .disable_signals()
@@ -97,21 +129,27 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     Ok((addr, handle))
 }
 
-fn authorized(req: &HttpRequest, state: &HttpState) -> bool {
-    let token = state.settings.http.token.trim();
-    if token.is_empty() {
-        return true;
-    }
-    let given = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    // Constant-time comparison (`subtle`): no timing oracle on the token's bytes.
-    given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())))
+/// The largest request body any route accepts (the console's forms are a few hundred bytes).
+pub const BODY_LIMIT: usize = 16 * 1024;
+
+/// A resource answering `route` for its one method, and 405 with `Allow: allow` otherwise.
+pub fn only(path: &str, allow: &'static str, route: actix_web::Route) -> actix_web::Resource {
+    web::resource(path)
+        .route(route)
+        .default_service(web::to(move || method_not_allowed(allow)))
 }
 
-fn unauthorized() -> HttpResponse {
+pub async fn method_not_allowed(allow: &'static str) -> HttpResponse {
+    HttpResponse::MethodNotAllowed()
+        .insert_header((actix_web::http::header::ALLOW, allow))
+        .json(json!({"error": format!("method not allowed here; allowed: {allow}")}))
+}
+
+fn authorized(req: &HttpRequest, state: &HttpState) -> bool {
+    crate::surface::console::auth::bearer_ok(req, state)
+}
+
+pub fn unauthorized() -> HttpResponse {
     HttpResponse::Unauthorized()
         .insert_header(("www-authenticate", "Bearer"))
         .json(json!({"error": "missing or wrong bearer token"}))
@@ -278,50 +316,4 @@ async fn brief_request(
             .json(json!({"event_id": event_id, "event_name": "brief.requested"})),
         Err(e) => error_response(&e),
     }
-}
-
-async fn index(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
-    if !authorized(&req, &state) {
-        return unauthorized();
-    }
-    let data = async {
-        let mut c = state.pool.get().await?;
-        let g = reads::gauges(&mut c).await?;
-        let unserved = reads::unserved_jobs(&mut c, 50).await?;
-        let running = reads::recent_runs(&mut c, &[RunOutcome::Running], 50).await?;
-        let bad = reads::recent_runs(&mut c, RunOutcome::TROUBLE, 30).await?;
-        Ok::<_, Error>((g, unserved, running, bad))
-    }
-    .await;
-    let (g, unserved, running, bad) = match data {
-        Ok(d) => d,
-        Err(e) => return error_response(&e),
-    };
-    let page = StatusPage {
-        node_id: &state.node_id,
-        g,
-        republish_cap: crate::ledger::outbox::REPUBLISH_CAP,
-        unserved,
-        running,
-        bad,
-    };
-    let h = match askama::Template::render(&page) {
-        Ok(h) => h,
-        Err(e) => return error_response(&Error::internal_from("rendering the status page", e)),
-    };
-    HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .body(h)
-}
-
-/// The status page (`src/surface/templates/status.html`); askama escapes every value.
-#[derive(askama::Template)]
-#[template(path = "status.html")]
-struct StatusPage<'a> {
-    node_id: &'a str,
-    g: reads::LedgerGauges,
-    republish_cap: i32,
-    unserved: Vec<crate::ledger::JobRow>,
-    running: Vec<crate::ledger::RunRow>,
-    bad: Vec<crate::ledger::RunRow>,
 }

@@ -3,6 +3,8 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "http")]
+pub mod console;
 #[cfg(feature = "cli")]
 pub mod demo;
 #[cfg(feature = "http")]

@@ -1,6 +1,7 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
-//! retention's `ops.prune_*`, or `…000009` for the hot transitions and `ops.apply_events`), and
+//! retention's `ops.prune_*`, `…000009` for the hot transitions and `ops.apply_events`, `…000010`
+//! for `ops.release_claim`), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -27,7 +28,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 4] = [
+const LIVE_HOMES: [&str; 5] = [
+    "migrations/2026-12-01-000010_operator_console/up.sql",
     "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
     "migrations/2026-12-01-000007_retention/up.sql",
     "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
@@ -291,6 +293,20 @@ pub fn all() -> Vec<Mutation> {
             killers: &[
                 "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
             ],
+        },
+        Mutation {
+            name: "release_counts_as_a_failure",
+            breaks: "a claim handed back at a clean shutdown is released, not failed (not counted in briefrail_matters_failed)",
+            sql: || {
+                patched(
+                    "release_claim",
+                    &[(
+                        "SET run_status = 'idle', not_before",
+                        "SET run_status = 'failed', not_before",
+                    )],
+                )
+            },
+            killers: &["ledger::a_claim_handed_back_at_shutdown_is_released_not_failed"],
         },
         Mutation {
             name: "trigger_forgets_its_inbox",

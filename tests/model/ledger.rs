@@ -221,12 +221,13 @@ impl State {
         true
     }
 
-    /// `ops.release_claim`: a node shutting down gives its claim back, no backoff.
+    /// `ops.release_claim`: a node shutting down gives its claim back, no backoff; the row is
+    /// idle again (migration 000010), its demand still unserved.
     pub fn release_claim(&mut self, token: u8) -> bool {
         let Some(j) = self.current(token) else {
             return false;
         };
-        j.status = Status::Failed;
+        j.status = Status::Idle;
         j.backing_off = false; // not_before = NULL
         true
     }

@@ -6,7 +6,8 @@
 //! Nothing in a message is believed: the inbox transaction reads the event's outbox row by id
 //! and takes every value from it. A malformed message, or one the ledger does not confirm (an
 //! unknown event id, or fields that disagree with its row), is copied to the dead-letter
-//! exchange with the reason in a header, then acked: nothing changes, the consumer carries on. A database failure leads to a requeue after a
+//! exchange with the reason in a header and recorded in the ledger (`ops.dead_letters`, what
+//! the console lists, replays and discards), then acked: nothing changes, the consumer carries on. A database failure leads to a requeue after a
 //! backoff (the quorum queue's delivery limit eventually dead-letters it; reconciliation from
 //! Postgres still serves the matter): never a lost message, never a crash.
 
@@ -24,6 +25,7 @@ use lapin::{Channel, Confirmation};
 use super::{AmqpOptions, broker, connect, message};
 use crate::backoff::Reconnect;
 use crate::error::{Error, Result};
+use crate::ledger::dead_letters;
 use crate::ledger::inbox::{self, Applied, BRIEF_RAIL, EventEnvelope};
 use crate::metrics::Metrics;
 use crate::nudge::{MatterKey, Nudge};
@@ -283,6 +285,25 @@ async fn apply(opts: &AmqpOptions, e: &[EventEnvelope]) -> Result<Vec<Applied>> 
 /// broker's confirm, then acks the original.
 async fn dead_letter(opts: &AmqpOptions, dead: &Channel, d: &Delivery, reason: &str) -> Result<()> {
     tracing::warn!(%reason, routing_key = %d.routing_key, bytes = d.data.len(), "dead-lettering a message");
+    // First into the ledger (what the console lists and replays); a failure here leaves the
+    // delivery unacked, so it comes back rather than vanish.
+    let traceparent = message::traceparent(&d.properties);
+    {
+        let mut conn = opts.pool.get().await?;
+        dead_letters::record(
+            &mut conn,
+            &dead_letters::Refusal {
+                consumer: BRIEF_RAIL,
+                event_id: message::named_event_id(&d.data),
+                routing_key: d.routing_key.as_str(),
+                body: &d.data,
+                traceparent: traceparent.as_deref(),
+                reason,
+                node_id: &opts.node_id,
+            },
+        )
+        .await?;
+    }
     let mut headers = d.properties.headers().clone().unwrap_or_default();
     headers.insert(message::REASON.into(), AMQPValue::LongString(reason.into()));
     headers.insert(

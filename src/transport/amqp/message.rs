@@ -60,15 +60,7 @@ pub fn decode(data: &[u8], props: &BasicProperties) -> Result<EventEnvelope> {
     }
     let w: Wire = serde_json::from_slice(data)
         .map_err(|e| Error::InvalidInput(format!("not a nudge: {e}")))?;
-    let traceparent = props
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(TRACEPARENT))
-        .and_then(|v| match v {
-            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
-            AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
-            _ => None,
-        });
+    let traceparent = traceparent(props);
     Ok(EventEnvelope {
         event_id: w.event_id,
         event_name: w.event_name,
@@ -76,8 +68,32 @@ pub fn decode(data: &[u8], props: &BasicProperties) -> Result<EventEnvelope> {
         matter_id: w.matter_id,
         occurred_at: w.occurred_at,
         xact_id: w.xact_id,
-        traceparent: traceparent.filter(|t| crate::trace::Traceparent::parse(t).is_some()),
+        traceparent,
     })
+}
+
+/// The message's `traceparent` header, when it holds a valid one.
+pub fn traceparent(props: &BasicProperties) -> Option<String> {
+    props
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(TRACEPARENT))
+        .and_then(|v| match v {
+            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
+            AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+            _ => None,
+        })
+        .filter(|t| crate::trace::Traceparent::parse(t).is_some())
+}
+
+/// The event id a body names, if it is JSON with a UUID `event_id` (even when the rest is
+/// malformed): what a dead letter is filed under.
+pub fn named_event_id(data: &[u8]) -> Option<uuid::Uuid> {
+    if data.len() > MAX_BODY {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    v.get("event_id")?.as_str()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -1,0 +1,490 @@
+//! The console in a real browser: Debian's headless Chromium, driven over WebDriver
+//! (chromedriver), logs in, searches, opens a matter's page and reads its Brief, and retries a
+//! matter out of retries, watching the page's live refresh show it fresh. Needs the packages
+//! `chromium` and `chromium-driver` (`.ci/run` installs them); without them the test fails and
+//! says so. `BRIEFRAIL_SCREENSHOT=path.png` saves the matter page (the README's picture).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use briefrail::builders::brief::BriefBuilder;
+use briefrail::builders::{BuildContext, Builder};
+use briefrail::config::{Settings, TransportKind};
+use briefrail::ledger::{Frame, facts};
+use briefrail::node::Node;
+use briefrail::secret::SecretUrl;
+use briefrail::testing::TestDb;
+use chrono::NaiveDate;
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const TOKEN: &str = "browser-admin-token";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// Fails "Poisoned…" matters permanently while the flag is set.
+struct Flaky(Arc<AtomicBool>);
+
+impl Builder for Flaky {
+    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+        async move {
+            let (matter, _) = ctx.record().await?;
+            if self.0.load(Ordering::SeqCst)
+                && matter.is_some_and(|m| m.title.starts_with("Poisoned"))
+            {
+                return Err(briefrail::Error::Build {
+                    message: "the model panel refused the record".into(),
+                    permanent: true,
+                });
+            }
+            BriefBuilder.build(ctx).await
+        }
+        .boxed_local()
+    }
+}
+
+/// chromedriver on a port of its own, killed when dropped.
+struct Driver {
+    child: Child,
+    base: String,
+    profile: std::path::PathBuf,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn driver() -> Driver {
+    for tool in [CHROMIUM, CHROMEDRIVER] {
+        assert!(
+            std::path::Path::new(tool).exists(),
+            "{tool} is missing: the browser test needs Debian's chromium and chromium-driver \
+             (apt-get install -y chromium chromium-driver; .ci/run installs them)"
+        );
+    }
+    let port = free_port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let d = Driver {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        profile: common::scratch_dir("chromium-profile"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut r) = awc::Client::default()
+            .get(format!("{}/status", d.base))
+            .send()
+            .await
+        {
+            let v: Value = r.json().await.unwrap_or_default();
+            if v["value"]["ready"] == true {
+                return d;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not become ready in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One browser session (W3C WebDriver over HTTP).
+struct Browser<'a> {
+    driver: &'a Driver,
+    session: String,
+}
+
+impl<'a> Browser<'a> {
+    async fn open(driver: &'a Driver) -> Browser<'a> {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1280,1500",
+                         format!("--user-data-dir={}", driver.profile.display())]
+            }
+        }}});
+        let v = call(&driver.base, "POST", "/session", Some(caps)).await;
+        let session = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no browser session: {v}"))
+            .to_owned();
+        Browser { driver, session }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        call(
+            &self.driver.base,
+            method,
+            &format!("/session/{}{path}", self.session),
+            body,
+        )
+        .await
+    }
+
+    async fn go(&self, url: &str) {
+        self.cmd("POST", "/url", Some(json!({"url": url}))).await;
+    }
+
+    async fn url(&self) -> String {
+        self.cmd("GET", "/url", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let v = self
+            .cmd(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        match v[ELEMENT].as_str() {
+            Some(e) => e.to_owned(),
+            None => panic!("no element {css} on {}: {v}", self.url().await),
+        }
+    }
+
+    /// The element's text. The live refresh replaces the page's live region every few
+    /// seconds, so an element found a moment ago may be gone: find it again then.
+    async fn text(&self, css: &str) -> String {
+        for _ in 0..10 {
+            let e = self.find(css).await;
+            let path = format!("/session/{}/element/{e}/text", self.session);
+            match try_call(&self.driver.base, "GET", &path, None).await {
+                Ok(v) => return v.as_str().unwrap_or_default().to_owned(),
+                Err(v) if v["error"] == "stale element reference" => continue,
+                Err(v) => panic!("webdriver text of {css}: {v}"),
+            }
+        }
+        panic!("{css} went stale ten times in a row")
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        self.cmd("POST", &format!("/element/{e}/clear"), Some(json!({})))
+            .await;
+        self.cmd(
+            "POST",
+            &format!("/element/{e}/value"),
+            Some(json!({"text": text})),
+        )
+        .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.find(css).await;
+        self.cmd("POST", &format!("/element/{e}/click"), Some(json!({})))
+            .await;
+    }
+
+    /// Waits until the element's text satisfies `ok` (the page refreshes itself).
+    async fn wait_text(&self, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let t = self.text(css).await;
+            if ok(&t) {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{css} never showed {what}; it shows {t:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits until the address satisfies `ok` (a click's navigation may finish after it returns).
+    async fn wait_url(&self, what: &str, ok: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let u = self.url().await;
+            if ok(&u) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the browser never reached {what}; it is at {u}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn screenshot(&self) -> Vec<u8> {
+        let v = self.cmd("GET", "/screenshot", None).await;
+        base64(v.as_str().expect("a base64 screenshot"))
+    }
+
+    async fn close(self) {
+        call(
+            &self.driver.base,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            None,
+        )
+        .await;
+    }
+}
+
+async fn call(base: &str, method: &str, path: &str, body: Option<Value>) -> Value {
+    try_call(base, method, path, body)
+        .await
+        .unwrap_or_else(|v| panic!("webdriver {method} {path}: {v}"))
+}
+
+/// A WebDriver command: its `value`, or the error `value` the driver answered with.
+async fn try_call(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, Value> {
+    let c = awc::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .finish();
+    let req = c.request(method.parse().unwrap(), format!("{base}{path}"));
+    let mut r = match body {
+        Some(b) => req.send_json(&b).await,
+        None => req.send().await,
+    }
+    .unwrap_or_else(|e| panic!("webdriver {method} {path}: {e}"));
+    let v: Value = r.json().limit(32 << 20).await.expect("a webdriver answer");
+    if r.status().is_success() {
+        Ok(v["value"].clone())
+    } else {
+        Err(v["value"].clone())
+    }
+}
+
+fn base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let bytes: Vec<u8> = s
+        .bytes()
+        .filter(|c| *c != b'=' && !c.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let v: Vec<u32> = chunk.iter().map(|c| val(*c) as u32).collect();
+        let n = v
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, x)| acc | (x << (18 - 6 * i)));
+        for i in 0..chunk.len().saturating_sub(1) {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
+}
+
+async fn matter(db: &TestDb, firm: Uuid, title: &str, docs: &[(&str, &str, &str)]) -> Uuid {
+    let m = Uuid::new_v4();
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, m, title).await.unwrap();
+    for (t, dated, body) in docs {
+        facts::add_document(
+            &mut c,
+            facts::NewDocument {
+                document_id: Uuid::new_v4(),
+                firm_id: firm,
+                matter_id: m,
+                title: (*t).into(),
+                dated: Some(NaiveDate::parse_from_str(dated, "%Y-%m-%d").unwrap()),
+                body: (*body).into(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    m
+}
+
+#[actix_rt::test]
+async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.trigger.debounce_ms = 5;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = TOKEN.into();
+    s.relay.poll_ms = 50;
+    s.sweeper.interval_seconds = 0.2;
+    s.node.id = "node-a".into();
+    let poisoned = Arc::new(AtomicBool::new(true));
+    let node = Node::builder(Arc::new(s), Arc::new(Flaky(poisoned.clone())))
+        .pool(db.pool.clone())
+        .surface(briefrail::surface::http::admin())
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let firm = Uuid::new_v4();
+    let acme = matter(
+        &db,
+        firm,
+        "Acme Corp. v. Globex LLC",
+        &[
+            (
+                "Purchase order 4471",
+                "2024-01-15",
+                "Acme ordered 400 valves from Globex for delivery by 1 March. Payment on delivery.",
+            ),
+            (
+                "Delivery receipt",
+                "2024-03-09",
+                "Globex delivered 400 valves on 9 March, eight days late. 37 were cracked.",
+            ),
+            (
+                "Notice of breach",
+                "2024-03-20",
+                "Acme gave notice of breach and rejected the cracked valves. It demands a refund.",
+            ),
+        ],
+    )
+    .await;
+    let stuck = matter(
+        &db,
+        firm,
+        "Poisoned Holdings v. Initech",
+        &[("Memo", "2024-05-01", "A memo.")],
+    )
+    .await;
+    common::eventually(Duration::from_secs(20), "both matters settled", || {
+        let db = &db;
+        async move {
+            let mut c = db.pool.get().await.unwrap();
+            let a = briefrail::ledger::console::state_of(&mut c, firm, acme, 5)
+                .await
+                .unwrap();
+            let p = briefrail::ledger::console::state_of(&mut c, firm, stuck, 5)
+                .await
+                .unwrap();
+            use briefrail::ledger::console::MatterState::*;
+            (a == Some(Fresh) && p == Some(RetriesExhausted)).then_some(())
+        }
+    })
+    .await;
+
+    let driver = driver().await;
+    let b = Browser::open(&driver).await;
+    // A page without a session lands on the login form; the token logs in and returns there.
+    b.go(&format!("{base}/matters")).await;
+    assert!(
+        b.url().await.contains("/login?next=/matters"),
+        "{}",
+        b.url().await
+    );
+    b.type_into("#token", "not-it").await;
+    b.click("button[type=submit]").await;
+    b.wait_text("[role=alert]", "the refusal", |t| {
+        t.contains("not the admin token")
+    })
+    .await;
+    b.type_into("#token", TOKEN).await;
+    b.click("button[type=submit]").await;
+    b.wait_url("/matters", |u| u.ends_with("/matters")).await;
+
+    // Search by title, open the matter.
+    b.type_into("input[name=q]", "globex").await;
+    b.click(".search button").await;
+    b.wait_url("the search", |u| u.contains("q=globex")).await;
+    let list = b.text("table.matters").await;
+    assert!(
+        list.contains("Acme Corp. v. Globex LLC") && !list.contains("Poisoned"),
+        "{list}"
+    );
+    b.click("table.matters a").await;
+    b.wait_url("the matter page", |u| u.contains(&acme.to_string()))
+        .await;
+    assert_eq!(b.text("#matter-title").await, "Acme Corp. v. Globex LLC");
+    assert_eq!(b.text("#matter-state").await, "fresh");
+    let brief = b.text("#brief").await;
+    assert!(brief.contains("Parties: Acme Corp.; Globex LLC"), "{brief}");
+    let order: Vec<usize> = [
+        "Purchase order 4471",
+        "Delivery receipt",
+        "Notice of breach",
+    ]
+    .iter()
+    .map(|t| {
+        brief
+            .find(t)
+            .unwrap_or_else(|| panic!("{t} missing from the Brief: {brief}"))
+    })
+    .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "chronology out of order: {brief}"
+    );
+    assert!(brief.contains("eight days late"), "{brief}");
+    if let Ok(path) = std::env::var("BRIEFRAIL_SCREENSHOT") {
+        std::fs::write(&path, b.screenshot().await).expect("write the screenshot");
+    }
+    let png = b.screenshot().await;
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "a real rendering"
+    );
+
+    // The stuck matter says it ran out of retries and what to do; Retry, and the page's live
+    // refresh shows it fresh once the Brief lands.
+    b.go(&format!("{base}/matters?state=retries_exhausted"))
+        .await;
+    b.click("table.matters a").await;
+    b.wait_url("the stuck matter's page", |u| {
+        u.contains(&stuck.to_string())
+    })
+    .await;
+    assert_eq!(b.text("#matter-state").await, "retries exhausted");
+    assert!(
+        b.text("#exhausted")
+            .await
+            .contains("nothing rebuilds this matter until a new demand")
+    );
+    poisoned.store(false, Ordering::SeqCst);
+    b.click("#retry").await;
+    b.wait_url("the page after Retry", |u| u.contains("notice="))
+        .await;
+    assert!(b.text(".notice").await.contains("Retry recorded"));
+    b.wait_text("#matter-state", "fresh", |t| t == "fresh")
+        .await;
+    assert!(b.text("#brief").await.contains("Memo"));
+    b.close().await;
+    node.shutdown_within(Duration::from_secs(2)).await;
+}

@@ -1,0 +1,769 @@
+//! The operator console over a real socket, against a real node and ledger: login and session
+//! cookie, CSRF, 405 and 413, the pages' content (the Brief, states, search, pagination), the
+//! retry of a matter out of retries, dead letters replayed and discarded, nodes alive and gone,
+//! and a released run that is not a failure.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use briefrail::builders::brief::BriefBuilder;
+use briefrail::builders::{BuildContext, Builder};
+use briefrail::config::{Settings, TransportKind};
+use briefrail::ledger::console::MatterState;
+use briefrail::ledger::{Frame, dead_letters, facts, reads};
+use briefrail::node::Node;
+use briefrail::secret::SecretUrl;
+use briefrail::testing::TestDb;
+use chrono::NaiveDate;
+use common::eventually;
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
+use uuid::Uuid;
+
+const TOKEN: &str = "console-admin-token";
+
+/// The Brief builder, except that a matter whose title starts with "Poisoned" fails
+/// permanently while `poisoned` is set (a builder bug an operator fixes, then retries).
+struct Flaky {
+    poisoned: Arc<AtomicBool>,
+}
+
+impl Builder for Flaky {
+    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+        async move {
+            let (matter, _) = ctx.record().await?;
+            if self.poisoned.load(Ordering::SeqCst)
+                && matter.is_some_and(|m| m.title.starts_with("Poisoned"))
+            {
+                return Err(briefrail::Error::Build {
+                    message: "model panel rejected the record: <b>bad</b> input".into(),
+                    permanent: true,
+                });
+            }
+            BriefBuilder.build(ctx).await
+        }
+        .boxed_local()
+    }
+}
+
+struct Console {
+    db: TestDb,
+    node: Node,
+    base: String,
+    poisoned: Arc<AtomicBool>,
+}
+
+async fn console(token: &str) -> Console {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.trigger.debounce_ms = 5;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = token.into();
+    s.relay.poll_ms = 50;
+    s.sweeper.interval_seconds = 0.2;
+    s.node.id = format!("console-node-{}", &Uuid::new_v4().simple().to_string()[..6]);
+    s.node.heartbeat_seconds = 0.2;
+    let poisoned = Arc::new(AtomicBool::new(true));
+    let node = Node::builder(
+        Arc::new(s),
+        Arc::new(Flaky {
+            poisoned: poisoned.clone(),
+        }),
+    )
+    .pool(db.pool.clone())
+    .surface(briefrail::surface::http::admin())
+    .start()
+    .await
+    .unwrap();
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    Console {
+        db,
+        node,
+        base,
+        poisoned,
+    }
+}
+
+fn client() -> awc::Client {
+    // No redirects followed: the test asserts each 303 itself.
+    awc::Client::builder().disable_redirects().finish()
+}
+
+async fn body(
+    r: &mut awc::ClientResponse<
+        impl futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>>
+        + Unpin,
+    >,
+) -> String {
+    String::from_utf8(r.body().limit(4 << 20).await.unwrap().to_vec()).unwrap()
+}
+
+fn header(r: &awc::ClientResponse<impl Sized>, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// Logs in; returns the `Cookie` header value and the CSRF token of the overview's forms.
+async fn log_in(base: &str) -> (String, String) {
+    let r = client()
+        .post(format!("{base}/login"))
+        .send_form(&[("token", TOKEN), ("next", "/")])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = header(&r, "set-cookie");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let mut r = client()
+        .get(format!("{base}/"))
+        .insert_header(("cookie", cookie.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let html = body(&mut r).await;
+    (cookie, csrf_of(&html))
+}
+
+fn csrf_of(html: &str) -> String {
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no CSRF field on the page: {html}"));
+    let rest = &html[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+async fn get(base: &str, cookie: &str, path: &str) -> (u16, String) {
+    let mut r = client()
+        .get(format!("{base}{path}"))
+        .insert_header(("cookie", cookie.to_owned()))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), body(&mut r).await)
+}
+
+async fn matter_with_documents(
+    db: &TestDb,
+    firm: Uuid,
+    title: &str,
+    docs: &[(&str, &str)],
+) -> Uuid {
+    let matter = Uuid::new_v4();
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, title)
+        .await
+        .unwrap();
+    for (doc, dated) in docs {
+        facts::add_document(
+            &mut c,
+            facts::NewDocument {
+                document_id: Uuid::new_v4(),
+                firm_id: firm,
+                matter_id: matter,
+                title: (*doc).into(),
+                dated: Some(NaiveDate::parse_from_str(dated, "%Y-%m-%d").unwrap()),
+                body: format!("{doc} says the shipment arrived late. It was damaged."),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    matter
+}
+
+async fn state(db: &TestDb, firm: Uuid, matter: Uuid) -> MatterState {
+    let mut c = db.pool.get().await.unwrap();
+    briefrail::ledger::console::state_of(&mut c, firm, matter, 5)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn wait_state(db: &TestDb, firm: Uuid, matter: Uuid, want: MatterState) {
+    eventually(
+        Duration::from_secs(20),
+        &format!("matter {matter} {want}"),
+        || async { (state(db, firm, matter).await == want).then_some(()) },
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&c.db, firm, "Acme v. Globex", &[]).await;
+
+    // Without a session: every page redirects to the login form, remembering where it was.
+    for path in [
+        "/",
+        "/matters?q=acme",
+        "/dead-letters",
+        "/nodes",
+        &format!("/firms/{firm}/matters/{matter}"),
+    ] {
+        let r = client().get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 303, "{path}");
+        let to = header(&r, "location");
+        assert!(to.starts_with("/login?next="), "{path} → {to}");
+    }
+    let (status, form) = get(base, "", "/login?next=/nodes").await;
+    assert_eq!(status, 200);
+    assert!(
+        form.contains("name=\"token\"") && form.contains("type=\"password\""),
+        "{form}"
+    );
+    assert!(
+        form.contains("value=\"/nodes\""),
+        "the form keeps where to go: {form}"
+    );
+    // An off-site `next` is not followed.
+    let (_, evil) = get(base, "", "/login?next=//evil.example/x").await;
+    assert!(!evil.contains("evil.example"), "{evil}");
+
+    // A wrong token: 401, the form again, no cookie.
+    let mut r = client()
+        .post(format!("{base}/login"))
+        .send_form(&[("token", "guess"), ("next", "/")])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(header(&r, "set-cookie").is_empty());
+    assert!(body(&mut r).await.contains("not the admin token"));
+
+    // The right one: a session cookie, HttpOnly, SameSite=Strict, expiring; back to `next`.
+    let r = client()
+        .post(format!("{base}/login"))
+        .send_form(&[("token", TOKEN), ("next", "/nodes")])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(header(&r, "location"), "/nodes");
+    let set = header(&r, "set-cookie");
+    for flag in [
+        "briefrail_session=",
+        "HttpOnly",
+        "SameSite=Strict",
+        "Max-Age=28800",
+        "Path=/",
+    ] {
+        assert!(set.contains(flag), "{flag} missing from {set}");
+    }
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let (status, page) = get(base, &cookie, "/").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<h1>Overview</h1>") && page.contains("Log out"),
+        "{page}"
+    );
+    let csrf = csrf_of(&page);
+
+    // The JSON API keeps bearer tokens, the scheme in any case; a cookie does not open it.
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let r = client()
+            .get(format!("{base}/api/firms/{firm}/matters/{matter}"))
+            .insert_header(("authorization", format!("{scheme} {TOKEN}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+    let r = client()
+        .get(format!("{base}/api/firms/{firm}/matters/{matter}"))
+        .insert_header(("cookie", cookie.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // A state-changing form without the session's CSRF token, or from another site: refused,
+    // and nothing recorded.
+    let rebuild = format!("{base}/firms/{firm}/matters/{matter}/rebuild");
+    let events_before = count_events(&c.db, matter).await;
+    for (origin, token) in [
+        (None, ""),
+        (None, "wrong"),
+        (Some("http://evil.example"), csrf.as_str()),
+    ] {
+        let mut req = client()
+            .post(&rebuild)
+            .insert_header(("cookie", cookie.clone()));
+        if let Some(o) = origin {
+            req = req.insert_header(("origin", o));
+        }
+        let r = req.send_form(&[("csrf", token)]).await.unwrap();
+        assert_eq!(r.status(), 403, "origin {origin:?} csrf {token:?}");
+    }
+    let r = client()
+        .post(&rebuild)
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "no session at all");
+    assert_eq!(count_events(&c.db, matter).await, events_before);
+    // With both: the demand is recorded, and the page says so.
+    let r = client()
+        .post(&rebuild)
+        .insert_header(("cookie", cookie.clone()))
+        .insert_header(("origin", base.as_str()))
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to = header(&r, "location");
+    assert!(to.contains("notice=Rebuild%20requested"), "{to}");
+    assert_eq!(count_events(&c.db, matter).await, events_before + 1);
+
+    // 405 with Allow for a wrong method; 413 past the body limit.
+    for (method, path, allow) in [
+        ("PUT", "/matters", "GET"),
+        ("POST", "/healthz", "GET"),
+        ("DELETE", "/login", "GET, POST"),
+        ("GET", "/logout", "POST"),
+        (
+            "GET",
+            &format!("/api/firms/{firm}/matters/{matter}/brief-requests") as &str,
+            "POST",
+        ),
+    ] {
+        let r = client()
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method} {path}");
+        assert_eq!(header(&r, "allow"), allow, "{method} {path}");
+    }
+    let big = "x".repeat(20 * 1024);
+    let r = client()
+        .post(format!("{base}/login"))
+        .send_form(&[("token", big.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    // Logout revokes the session (in the ledger: on every node).
+    let r = client()
+        .post(format!("{base}/logout"))
+        .insert_header(("cookie", cookie.clone()))
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert!(header(&r, "set-cookie").contains("Max-Age=0"));
+    let r = client()
+        .get(format!("{base}/"))
+        .insert_header(("cookie", cookie.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "the old cookie opens nothing");
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+async fn count_events(db: &TestDb, matter: Uuid) -> i64 {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut c = db.pool.get().await.unwrap();
+    let n: N =
+        diesel::sql_query("SELECT count(*) AS n FROM ops.domain_event_outbox WHERE matter_id = $1")
+            .bind::<diesel::sql_types::Uuid, _>(matter)
+            .get_result(&mut c)
+            .await
+            .unwrap();
+    n.n
+}
+
+#[actix_rt::test]
+async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retries() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let acme = matter_with_documents(
+        &c.db,
+        firm,
+        "Acme v. Globex",
+        &[
+            ("Delivery receipt", "2024-03-02"),
+            ("Purchase order", "2024-01-15"),
+        ],
+    )
+    .await;
+    let poisoned = matter_with_documents(
+        &c.db,
+        firm,
+        "Poisoned Corp v. Initech",
+        &[("Memo", "2024-05-01")],
+    )
+    .await;
+    wait_state(&c.db, firm, acme, MatterState::Fresh).await;
+    wait_state(&c.db, firm, poisoned, MatterState::RetriesExhausted).await;
+    let (cookie, _) = log_in(base).await;
+
+    // The Brief itself, for a person: the chronology in the order of the dates the documents bear.
+    let (status, page) = get(base, &cookie, &format!("/firms/{firm}/matters/{acme}")).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<h1 id=\"matter-title\">Acme v. Globex</h1>"),
+        "{page}"
+    );
+    assert!(page.contains("Parties: Acme; Globex"), "{page}");
+    let (po, dr) = (
+        page.find("Purchase order").unwrap(),
+        page.find("Delivery receipt").unwrap(),
+    );
+    assert!(po < dr, "the chronology is in date order");
+    assert!(
+        page.contains("2024-01-15") && page.contains("says the shipment arrived late"),
+        "{page}"
+    );
+    assert!(
+        page.contains(">fresh</span>") && page.contains("every demand served"),
+        "{page}"
+    );
+    assert!(
+        page.contains("document.uploaded") && page.contains(">landed<"),
+        "events and runs: {page}"
+    );
+    assert!(
+        !page.contains("id=\"retry\""),
+        "nothing to retry on a fresh matter"
+    );
+
+    // The poisoned matter: out of retries, said plainly, with what to do; its error escaped.
+    let (_, page) = get(base, &cookie, &format!("/firms/{firm}/matters/{poisoned}")).await;
+    assert!(
+        page.contains("Retries exhausted") && page.contains("id=\"retry\""),
+        "{page}"
+    );
+    assert!(page.contains("briefrail matter retry --firm"), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;bad&lt;/b&gt;") || page.contains("&#60;b&#62;bad"),
+        "{page}"
+    );
+    assert!(!page.contains("<b>bad</b>"));
+    assert!(page.contains("No Brief has landed yet"), "{page}");
+    let csrf = csrf_of(&page);
+
+    // The overview counts it and sends the operator to it; the state filter finds it.
+    let (_, overview) = get(base, &cookie, "/").await;
+    assert!(
+        overview.contains("1 matter(s) ran out of retries"),
+        "{overview}"
+    );
+    let (_, list) = get(base, &cookie, "/matters?state=retries_exhausted").await;
+    assert!(
+        list.contains("Poisoned Corp v. Initech") && !list.contains("Acme v. Globex"),
+        "{list}"
+    );
+    let (status, bad) = get(base, &cookie, "/matters?state=stuck").await;
+    assert_eq!(status, 400);
+    assert!(
+        bad.contains("fresh, unserved, running, failed, retries_exhausted, archived"),
+        "{bad}"
+    );
+
+    // The cause fixed, Retry: a demand that restarts its retries, and the Brief lands.
+    c.poisoned.store(false, Ordering::SeqCst);
+    let r = client()
+        .post(format!("{base}/firms/{firm}/matters/{poisoned}/retry"))
+        .insert_header(("cookie", cookie.clone()))
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to = header(&r, "location");
+    assert!(to.contains("notice=Retry%20recorded"), "{to}");
+    wait_state(&c.db, firm, poisoned, MatterState::Fresh).await;
+    let (_, page) = get(base, &cookie, &to).await;
+    assert!(
+        page.contains("Retry recorded") && page.contains("Memo"),
+        "{page}"
+    );
+    {
+        let mut conn = c.db.pool.get().await.unwrap();
+        let job = reads::job(&mut conn, firm, poisoned)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(job.consecutive_failures, 0);
+        assert_eq!(job.landed_generation, job.requested_generation);
+    }
+    // Retry of a fresh matter: refused, saying why; nothing recorded.
+    let before = count_events(&c.db, acme).await;
+    let r = client()
+        .post(format!("{base}/firms/{firm}/matters/{acme}/retry"))
+        .insert_header(("cookie", cookie.clone()))
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert!(header(&r, "location").contains("nothing%20to%20retry"));
+    assert_eq!(count_events(&c.db, acme).await, before);
+
+    // Search by title, case-insensitive; `%` is a letter; pages of 50 with a next link.
+    let (_, found) = get(base, &cookie, "/matters?q=ACME").await;
+    assert!(
+        found.contains("Acme v. Globex") && !found.contains("Poisoned"),
+        "{found}"
+    );
+    let (_, none) = get(base, &cookie, "/matters?q=%25").await;
+    assert!(none.contains("no matter matches"), "{none}");
+    {
+        let mut conn = c.db.pool.get().await.unwrap();
+        for i in 0..55 {
+            facts::create_matter(
+                &mut conn,
+                firm,
+                Uuid::new_v4(),
+                &format!("Bulk matter {i:02}"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let (_, first) = get(base, &cookie, "/matters?q=bulk").await;
+    assert_eq!(first.matches("Bulk matter").count(), 50);
+    assert!(
+        first.contains("rel=\"next\"") && !first.contains("rel=\"prev\""),
+        "{first}"
+    );
+    let (_, second) = get(base, &cookie, "/matters?q=bulk&page=2").await;
+    assert_eq!(second.matches("Bulk matter").count(), 5);
+    assert!(second.contains("Bulk matter 54") && second.contains("rel=\"prev\""));
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+#[actix_rt::test]
+async fn dead_letters_are_listed_replayed_and_discarded() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&c.db, firm, "Wayne v. Kord", &[]).await;
+    wait_state(&c.db, firm, matter, MatterState::Fresh).await;
+    let mut conn = c.db.pool.get().await.unwrap();
+    // A real event's message refused once (say the row was not visible yet on a standby),
+    // and a malformed one.
+    let event = facts::request_brief(&mut conn, firm, matter).await.unwrap();
+    let row = briefrail::ledger::outbox::events(&mut conn, &[event])
+        .await
+        .unwrap()
+        .remove(0);
+    let good = serde_json::to_vec(&serde_json::json!({
+        "event_id": row.event_id, "event_name": row.event_name, "firm_id": row.firm_id,
+        "matter_id": row.matter_id, "occurred_at": row.created_at,
+    }))
+    .unwrap();
+    let refusal = |body: &'static [u8], reason: &'static str| dead_letters::Refusal {
+        consumer: briefrail::ledger::inbox::BRIEF_RAIL,
+        event_id: None,
+        routing_key: "brief.requested",
+        body,
+        traceparent: None,
+        reason,
+        node_id: "amqp-node",
+    };
+    let good: &'static [u8] = Box::leak(good.into_boxed_slice());
+    let replayable = dead_letters::record(
+        &mut conn,
+        &dead_letters::Refusal {
+            event_id: Some(event),
+            ..refusal(good, "event is not in the ledger's outbox")
+        },
+    )
+    .await
+    .unwrap();
+    let malformed = dead_letters::record(
+        &mut conn,
+        &refusal(b"{\"event_id\": 42, \x1b[31m", "not a nudge: invalid type"),
+    )
+    .await
+    .unwrap();
+    drop(conn);
+
+    let (cookie, _) = log_in(base).await;
+    let (_, page) = get(base, &cookie, "/dead-letters").await;
+    assert!(
+        page.contains(&replayable.to_string()) && page.contains(&malformed.to_string()),
+        "{page}"
+    );
+    assert!(
+        page.contains("not a nudge: invalid type") && page.contains(&event.to_string()),
+        "{page}"
+    );
+    assert!(
+        !page.contains('\x1b'),
+        "control characters are shown escaped"
+    );
+    let csrf = csrf_of(&page);
+    let (_, overview) = get(base, &cookie, "/").await;
+    assert!(
+        overview.contains("<span class=\"n\">2</span><span class=\"what\">dead letters"),
+        "{overview}"
+    );
+
+    let post = |path: String| {
+        let cookie = cookie.clone();
+        let csrf = csrf.clone();
+        async move {
+            let r = client()
+                .post(path)
+                .insert_header(("cookie", cookie))
+                .send_form(&[("csrf", csrf.as_str())])
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 303);
+            header(&r, "location")
+        }
+    };
+    // Replayed: applied through the inbox (the event is real), resolved.
+    let to = post(format!("{base}/dead-letters/{replayable}/replay")).await;
+    assert!(to.contains("Replayed"), "{to}");
+    // The malformed one, replayed: refused again, still open, counted.
+    let to = post(format!("{base}/dead-letters/{malformed}/replay")).await;
+    assert!(to.contains("refused%20again"), "{to}");
+    let mut conn = c.db.pool.get().await.unwrap();
+    let open = dead_letters::list(&mut conn, false, 10).await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!((open[0].dead_letter_id, open[0].replays), (malformed, 1));
+    assert!(
+        briefrail::ledger::inbox::consumed(&mut conn, briefrail::ledger::inbox::BRIEF_RAIL, event)
+            .await
+            .unwrap()
+    );
+    // Discarded: resolved, kept for the record; a second discard is refused.
+    post(format!("{base}/dead-letters/{malformed}/discard")).await;
+    assert!(
+        dead_letters::list(&mut conn, false, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let all = dead_letters::list(&mut conn, true, 10).await.unwrap();
+    assert_eq!(all.len(), 2);
+    let to = post(format!("{base}/dead-letters/{malformed}/discard")).await;
+    assert!(to.contains("already%20resolved"), "{to}");
+    let (_, page) = get(base, &cookie, "/dead-letters?all=1").await;
+    assert!(
+        page.contains("discarded") && page.contains("replayed"),
+        "{page}"
+    );
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+#[actix_rt::test]
+async fn nodes_are_listed_alive_and_gone_from_their_own_heartbeats() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let me = c.node.node_id().to_owned();
+    // A node that stopped cleanly, and one that went silent an hour ago.
+    let mut s = (*c.node.context().settings).clone();
+    s.node.id = "stopped-node".into();
+    s.http.bind = "127.0.0.1:0".into();
+    let other = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+        .pool(c.db.pool.clone())
+        .without_transport()
+        .start()
+        .await
+        .unwrap();
+    other.shutdown_within(Duration::from_secs(1)).await;
+    {
+        use diesel_async::RunQueryDsl;
+        let mut conn = c.db.pool.get().await.unwrap();
+        diesel::sql_query(
+            "INSERT INTO ops.nodes (node_id, version, transport, heartbeat_seconds, started_at, last_seen_at)
+             VALUES ('silent-node', '0.0.9', 'amqp', 5, ops.now() - interval '2 hours', ops.now() - interval '1 hour')",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let (cookie, _) = log_in(base).await;
+    let page = eventually(Duration::from_secs(10), "the nodes page", || {
+        let cookie = cookie.clone();
+        async move {
+            let (_, page) = get(base, &cookie, "/nodes").await;
+            page.contains("stopped-node").then_some(page)
+        }
+    })
+    .await;
+    let row = |id: &str| {
+        let at = page
+            .find(&format!("<td>{id}</td>"))
+            .unwrap_or_else(|| panic!("{id}: {page}"));
+        page[at..at + page[at..].find("</tr>").unwrap()].to_owned()
+    };
+    let mine = row(&me);
+    assert!(
+        mine.contains(">alive<")
+            && mine.contains(env!("CARGO_PKG_VERSION"))
+            && mine.contains("postgres"),
+        "{mine}"
+    );
+    assert!(row("stopped-node").contains("gone: stopped"), "{page}");
+    assert!(
+        row("silent-node").contains("gone: no heartbeat for"),
+        "{page}"
+    );
+    let (_, overview) = get(base, &cookie, "/").await;
+    assert!(
+        overview.contains("<span class=\"n\">1</span><span class=\"what\">live nodes"),
+        "{overview}"
+    );
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+    let mut conn = c.db.pool.get().await.unwrap();
+    let gone = briefrail::ledger::presence::nodes(&mut conn).await.unwrap();
+    assert!(
+        gone.iter().all(|n| !n.alive),
+        "every node stopped: {gone:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn without_a_token_the_console_opens_a_session_itself_and_still_checks_forms() {
+    let c = console("").await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&c.db, firm, "Stark v. Hammer", &[]).await;
+    let mut r = client().get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let set = header(&r, "set-cookie");
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let page = body(&mut r).await;
+    assert!(!page.contains("Log out"), "no token: nothing to log out of");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let csrf = csrf_of(
+        &get(base, &cookie, &format!("/firms/{firm}/matters/{matter}"))
+            .await
+            .1,
+    );
+    let rebuild = format!("{base}/firms/{firm}/matters/{matter}/rebuild");
+    let r = client()
+        .post(&rebuild)
+        .send_form(&[("csrf", "")])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a cross-site form carries no session");
+    let r = client()
+        .post(&rebuild)
+        .insert_header(("cookie", cookie))
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}
