@@ -174,6 +174,8 @@ struct OverviewPage {
     oldest: String,
     stranded: i64,
     republish_cap: i32,
+    oldest_event_days: String,
+    oldest_run_days: String,
     running: Vec<RunLine>,
     trouble: Vec<RunLine>,
 }
@@ -216,6 +218,8 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
         exhausted: o.count(MatterState::RetriesExhausted),
         oldest: seconds(o.oldest_unpublished_seconds),
         stranded: g.stranded_events,
+        oldest_event_days: format!("{:.1}", g.oldest_event_seconds / 86400.0),
+        oldest_run_days: format!("{:.1}", g.oldest_run_seconds / 86400.0),
         republish_cap: crate::ledger::outbox::REPUBLISH_CAP,
         running: running.iter().map(line).collect(),
         trouble: trouble.iter().map(line).collect(),
