@@ -16,5 +16,9 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 COPY --from=build /src/target/release/briefrail /usr/local/bin/briefrail
 USER briefrail
 EXPOSE 8080
+# The binary is the health check: this image has no curl or wget, and its /bin/sh (dash) no
+# /dev/tcp. GET /readyz on http.bind (0.0.0.0 is asked on loopback); exit 0 ready, 1 not.
+HEALTHCHECK --interval=10s --timeout=8s --start-period=10s --retries=5 \
+    CMD ["/usr/local/bin/briefrail", "healthcheck"]
 ENTRYPOINT ["/usr/local/bin/briefrail"]
 CMD ["run"]

@@ -34,7 +34,28 @@ impl ConfigError {
     }
 }
 
+/// The names an enum of the configuration accepts, and its refusal of any other listing them:
+/// the config crate's own message ("enum X does not have variant constructor y") lists none.
+macro_rules! config_names {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every name this setting accepts, in the order the docs list them.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
+        }
+        impl TryFrom<String> for $ty {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                match s.as_str() {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(format!("{s:?} is not one of: {}", Self::NAMES.join(", "))),
+                }
+            }
+        }
+    };
+}
+
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Settings {
     pub database: DatabaseSettings,
     pub lease: LeaseSettings,
@@ -54,6 +75,7 @@ pub struct Settings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// `postgres://user[:password]@host:port/db`; the password never reaches a log line.
     pub url: SecretUrl,
@@ -65,6 +87,7 @@ pub struct DatabaseSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LeaseSettings {
     /// The lease of this node's claims: each claim and heartbeat writes `ops.now() + seconds` on
     /// the row as its deadline (the ledger clock: the database clock); once it passes, any node may take the claim
@@ -84,6 +107,7 @@ impl LeaseSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SweeperSettings {
     pub interval_seconds: f64,
     /// At most this many rows are swept or reconciled per pass.
@@ -92,6 +116,7 @@ pub struct SweeperSettings {
 
 /// What the sweeper removes once no guarantee needs it (docs/protocol.md, "Retention").
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetentionSettings {
     /// Published outbox events the rail consumed, older than this, go with their inbox rows.
     /// Unpublished and unconsumed events are never removed. 0: keep every event.
@@ -127,6 +152,7 @@ fn days(d: f64) -> Option<Duration> {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetrySettings {
     pub max_attempts: u32,
     pub backoff_base_seconds: f64,
@@ -134,6 +160,7 @@ pub struct RetrySettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TriggerSettings {
     pub debounce_ms: u64,
     pub max_wait_ms: u64,
@@ -141,19 +168,23 @@ pub struct TriggerSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BuildersSettings {
     pub concurrency: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum BuilderKind {
     Brief,
     Command,
     Http,
 }
 
+config_names!(BuilderKind { Brief => "brief", Command => "command", Http => "http" });
+
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BuilderSettings {
     pub kind: BuilderKind,
     /// argv of the `command` builder.
@@ -168,13 +199,16 @@ pub struct BuilderSettings {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum TransportKind {
     Amqp,
     Postgres,
 }
 
+config_names!(TransportKind { Amqp => "amqp", Postgres => "postgres" });
+
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TransportSettings {
     pub kind: TransportKind,
     pub amqp_url: SecretUrl,
@@ -183,17 +217,20 @@ pub struct TransportSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RelaySettings {
     pub poll_ms: u64,
     pub batch: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ReconcileSettings {
     pub after_seconds: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeSettings {
     /// Recorded on every run this node starts. Empty: `hostname-pid`.
     pub id: String,
@@ -203,6 +240,7 @@ pub struct NodeSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HttpSettings {
     pub bind: String,
     /// Bearer token required by the API; mandatory when `bind` is not loopback. The console's
@@ -213,18 +251,22 @@ pub struct HttpSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ShutdownSettings {
     pub grace_seconds: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum LogFormat {
     Pretty,
     Json,
 }
 
+config_names!(LogFormat { Pretty => "pretty", Json => "json" });
+
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogSettings {
     pub format: LogFormat,
     pub level: String,
@@ -251,12 +293,18 @@ impl Settings {
                     format!("{} is not a readable file", path.display()),
                 ));
             }
-            builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
+            let file = File::from(path).format(FileFormat::Toml).required(true);
+            let table = config::Source::collect(&file).map_err(from_config_error)?;
+            refuse_unknown_keys(&table, &path.display().to_string())?;
+            builder = builder.add_source(file);
         }
         let env: config::Map<String, String> = env
             .into_iter()
             .filter(|(k, _)| k.starts_with("BRIEFRAIL__"))
             .collect();
+        for var in env.keys() {
+            refuse_unknown_variable(var)?;
+        }
         builder = builder.add_source(
             Environment::with_prefix("BRIEFRAIL")
                 .prefix_separator("__")
@@ -494,6 +542,139 @@ impl Settings {
     }
 }
 
+/// Every section of [`Settings`] and the keys it has, read from the structs' own `Deserialize`
+/// implementations, so a field added to a struct is known here at once.
+pub fn known_keys() -> Vec<(&'static str, &'static [&'static str])> {
+    use introspect::fields;
+    vec![
+        ("database", fields::<DatabaseSettings>()),
+        ("lease", fields::<LeaseSettings>()),
+        ("sweeper", fields::<SweeperSettings>()),
+        ("retention", fields::<RetentionSettings>()),
+        ("retry", fields::<RetrySettings>()),
+        ("trigger", fields::<TriggerSettings>()),
+        ("builders", fields::<BuildersSettings>()),
+        ("builder", fields::<BuilderSettings>()),
+        ("transport", fields::<TransportSettings>()),
+        ("relay", fields::<RelaySettings>()),
+        ("reconcile", fields::<ReconcileSettings>()),
+        ("node", fields::<NodeSettings>()),
+        ("http", fields::<HttpSettings>()),
+        ("shutdown", fields::<ShutdownSettings>()),
+        ("log", fields::<LogSettings>()),
+    ]
+}
+
+/// Refuses a section or key of a file that no setting has. Without this a misspelt key
+/// (`[databse]`, `lease.second`) is silently ignored and the default runs instead.
+fn refuse_unknown_keys(
+    table: &config::Map<String, config::Value>,
+    file: &str,
+) -> Result<(), ConfigError> {
+    let known = known_keys();
+    for (section, value) in table {
+        let Some((_, keys)) = known.iter().find(|(name, _)| name == section) else {
+            return Err(ConfigError::new(
+                section,
+                format!(
+                    "unknown section in {file}; the sections are: {}",
+                    known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        };
+        // A section that is not a table is the deserializer's to refuse, with its type.
+        let Ok(entries) = value.clone().into_table() else {
+            continue;
+        };
+        if let Some(key) = entries.keys().find(|k| !keys.contains(&k.as_str())) {
+            return Err(ConfigError::new(
+                &format!("{section}.{key}"),
+                format!(
+                    "unknown key in {file}; [{section}] has: {}",
+                    keys.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a `BRIEFRAIL__SECTION__KEY` variable that names no setting, naming the variable.
+fn refuse_unknown_variable(var: &str) -> Result<(), ConfigError> {
+    let known = known_keys();
+    let key = var["BRIEFRAIL__".len()..].to_lowercase().replace("__", ".");
+    let sections = || known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    let problem = match key.split_once('.') {
+        None => format!(
+            "environment variable {var} names no key (BRIEFRAIL__SECTION__KEY; the sections are: {})",
+            sections()
+        ),
+        Some((section, name)) => match known.iter().find(|(n, _)| *n == section) {
+            None => format!(
+                "unknown section in environment variable {var}; the sections are: {}",
+                sections()
+            ),
+            Some((_, keys)) if !keys.contains(&name) => format!(
+                "unknown key in environment variable {var}; [{section}] has: {}",
+                keys.join(", ")
+            ),
+            Some(_) => return Ok(()),
+        },
+    };
+    Err(ConfigError::new(&key, problem))
+}
+
+/// The field names of a struct, from its derived `Deserialize`: a deserializer that stops at
+/// `deserialize_struct` and hands back the `fields` serde gives it.
+mod introspect {
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
+
+    #[derive(Debug)]
+    pub struct Stop(pub &'static [&'static str]);
+
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("introspection stops here")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl de::Error for Stop {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Stop(&[])
+        }
+    }
+
+    struct Fields;
+
+    impl<'de> Deserializer<'de> for Fields {
+        type Error = Stop;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop(&[]))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Stop> {
+            Err(Stop(fields))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    /// The fields of struct `T` (empty for anything that is not a struct).
+    pub fn fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+        match T::deserialize(Fields) {
+            Err(Stop(fields)) => fields,
+            Ok(_) => &[],
+        }
+    }
+}
+
 fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
     if v > 0.0 && v.is_finite() {
         Ok(())
@@ -520,7 +701,11 @@ fn from_config_error(e: config::ConfigError) -> ConfigError {
             .map(str::to_owned),
     };
     match (key, &e) {
-        (Some(key), _) => ConfigError::new(&key, text),
+        // The key leads the line already: drop the crate's own " for key `x`" suffix.
+        (Some(key), _) => {
+            let problem = text.split(" for key `").next().unwrap_or(&text).to_owned();
+            ConfigError::new(&key, problem)
+        }
         (None, config::ConfigError::FileParse { .. } | config::ConfigError::Foreign(_)) => {
             ConfigError::new("--config", text)
         }
@@ -608,6 +793,116 @@ mod tests {
         assert_eq!(e.key, "transport.amqp_url");
         assert!(e.to_string().contains("member 2"), "{e}");
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    }
+
+    #[test]
+    fn an_invalid_name_lists_the_valid_ones() {
+        for (var, value, key, valid) in [
+            (
+                "BRIEFRAIL__TRANSPORT__KIND",
+                "kafka",
+                "transport.kind",
+                "amqp, postgres",
+            ),
+            (
+                "BRIEFRAIL__LOG__FORMAT",
+                "xml",
+                "log.format",
+                "pretty, json",
+            ),
+            (
+                "BRIEFRAIL__BUILDER__KIND",
+                "magic",
+                "builder.kind",
+                "brief, command, http",
+            ),
+        ] {
+            let e = Settings::load_with_env(None, env(&[(var, value)])).expect_err(var);
+            assert_eq!(e.key, key);
+            assert!(
+                e.problem
+                    .contains(&format!("{value:?} is not one of: {valid}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_the_key_and_where_it_came_from() {
+        let dir = std::env::temp_dir().join(format!("briefrail-config-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        for (text, key, says) in [
+            (
+                "[databse]\nurl = \"postgres://u@h/d\"\n",
+                "databse",
+                "unknown section",
+            ),
+            (
+                "[lease]\nsecond = 30\n",
+                "lease.second",
+                "[lease] has: seconds, heartbeat_seconds",
+            ),
+            (
+                "[http]\nbind = \"127.0.0.1:9\"\ntokne = \"x\"\n",
+                "http.tokne",
+                "unknown key",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = Settings::load_with_env(Some(&file), std::iter::empty()).expect_err(text);
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.problem.contains(says), "{e}");
+            assert!(e.problem.contains(&file.display().to_string()), "{e}");
+        }
+        std::fs::write(&file, "[lease]\nseconds = 30\nheartbeat_seconds = 5\n").unwrap();
+        let s = Settings::load_with_env(Some(&file), std::iter::empty()).expect("known keys");
+        assert_eq!(s.lease.heartbeat(), Duration::from_secs(5));
+        std::fs::remove_dir_all(&dir).ok();
+
+        for (var, key) in [
+            ("BRIEFRAIL__LEASE__SECOND", "lease.second"),
+            ("BRIEFRAIL__DATABSE__URL", "databse.url"),
+            ("BRIEFRAIL__DATABASE", "database"),
+        ] {
+            let e = Settings::load_with_env(None, env(&[(var, "1")])).expect_err(var);
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.problem.contains(var), "{e}");
+        }
+    }
+
+    /// Every key a section has is in `config/default.toml`, set or in a comment (the file is
+    /// the documented reference), and the file sets no key the settings lack.
+    #[test]
+    fn the_defaults_file_documents_every_key_and_no_other() {
+        use config::{File, FileFormat, Source};
+        let table = File::from_str(DEFAULT_TOML, FileFormat::Toml)
+            .collect()
+            .unwrap();
+        refuse_unknown_keys(&table, "config/default.toml").expect("only known keys");
+        let known = known_keys();
+        let sections: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+        let mut top = introspect::fields::<Settings>().to_vec();
+        top.sort_unstable();
+        let mut listed = sections.clone();
+        listed.sort_unstable();
+        assert_eq!(top, listed, "known_keys() lists every section of Settings");
+        for (section, keys) in known {
+            let body = DEFAULT_TOML
+                .split(&format!("[{section}]\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("config/default.toml has no [{section}]"));
+            let body = body.split("\n[").next().unwrap_or(body);
+            for key in keys {
+                assert!(
+                    body.lines().any(|l| {
+                        let l = l.trim_start_matches("# ");
+                        l.starts_with(&format!("{key} ="))
+                    }),
+                    "config/default.toml does not document {section}.{key}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -62,6 +62,27 @@ pub enum Error {
     #[error("database connection: {0}")]
     Connection(#[source] Redacted),
 
+    /// The database could not be reached at all (a first connection refused, its credentials
+    /// or its database name rejected): host, port and the cause the server or the OS gave.
+    #[error(transparent)]
+    Unreachable(#[from] crate::db::reach::Unreachable),
+
+    /// The database lacks migrations of this binary (none applied yet, or a newer binary's
+    /// pending): nothing may run statements its schema does not have.
+    #[error(
+        "database {database} is not migrated: {} of this binary's migrations pending ({}); run `briefrail migrate` first",
+        pending.len(),
+        crate::error::list_versions(pending)
+    )]
+    Unmigrated {
+        database: String,
+        pending: Vec<String>,
+    },
+
+    /// A node's HTTP surface is not healthy (`briefrail healthcheck`).
+    #[error("unhealthy: {0}")]
+    Unhealthy(#[from] crate::surface::healthcheck::Unhealthy),
+
     /// Applying migrations failed, or some are pending.
     #[error("migrations: {what}")]
     Migration {
@@ -157,9 +178,14 @@ impl Error {
             ) => ErrorKind::Internal,
             // A lost connection, a serialization failure (40001), a read-only standby, a
             // rolled-back transaction, or an error whose SQLSTATE the driver does not expose.
-            Error::Database(_) | Error::Connection(_) | Error::Broker(_) | Error::Io { .. } => {
-                ErrorKind::Transient
-            }
+            Error::Database(_)
+            | Error::Connection(_)
+            | Error::Unreachable(_)
+            | Error::Unhealthy(_)
+            | Error::Broker(_)
+            | Error::Io { .. } => ErrorKind::Transient,
+            // The schema may move on (`briefrail migrate`); retrying as is cannot succeed.
+            Error::Unmigrated { .. } => ErrorKind::Conflict,
             Error::Migration { .. } | Error::Internal { .. } => ErrorKind::Internal,
         }
     }
@@ -274,6 +300,20 @@ impl fmt::Debug for Redacted {
 }
 
 impl std::error::Error for Redacted {}
+
+/// Versions for a one-line message: the first three, then how many more.
+pub(crate) fn list_versions(versions: &[String]) -> String {
+    let mut out = versions
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if versions.len() > 3 {
+        out.push_str(&format!(" and {} more", versions.len() - 3));
+    }
+    out
+}
 
 /// `s` cut to at most `max` bytes on a character boundary: error text kept on a run or written
 /// to a log line stays bounded however much a builder or a broker said.

@@ -32,8 +32,10 @@
 //! * [`node`]: the one way to start and stop briefrail. [`nudge`]: the transport→actors message.
 //! * [`actors`], [`builders`], [`transport`]: as above.
 //! * [`surface`]: the operator surface: CLI (`feature = "cli"`), the demo, the HTTP admin
-//!   endpoint and its templates (`feature = "http"`), logging, `run`.
-//! * [`db`]: the connection pool (with the session timeouts), migrations, database creation.
+//!   endpoint and its templates (`feature = "http"`), logging, `run`, and the container
+//!   health check ([`surface::healthcheck`]).
+//! * [`db`]: the connection pool (with the session timeouts), migrations, database creation,
+//!   and the first connection that names why a database cannot be reached ([`db::reach`]).
 //! * [`config`]: layered settings, validated once at start.
 //! * [`error`]: typed errors with their kind (input, conflict, transient, internal) and source.
 //! * [`backoff`]: the one retry policy. [`metrics`]: what a node counts, for `/metrics`.

@@ -9,11 +9,13 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = Cli::parse();
+    // A health check answers 0 or 1 only: Docker reserves 2.
+    let healthcheck = matches!(args.command, cli::Command::Healthcheck { .. });
     let mut settings = match Settings::load(args.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("briefrail: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(if healthcheck { 1 } else { 2 });
         }
     };
     if matches!(args.command, cli::Command::Demo) && std::env::var_os("RUST_LOG").is_none() {
@@ -49,7 +51,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    finish(runtime.block_on(cli::execute(args.command, &settings)))
+    let result = runtime.block_on(cli::execute(args.command, &settings));
+    match finish(result) {
+        code if healthcheck && code != ExitCode::SUCCESS => ExitCode::from(1),
+        code => code,
+    }
 }
 
 /// Exit status and the one-line reason on stderr.

@@ -30,7 +30,7 @@ use crate::actors::{ActorOptions, Actors, NodeContext, SweepReport};
 use crate::builders::Builder;
 use crate::config::Settings;
 use crate::db::{self, Pool};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::nudge::Nudge;
 use crate::transport;
@@ -94,21 +94,15 @@ impl NodeBuilder {
         self
     }
 
-    /// Starts the node on the current actix system. Refuses a database with pending
-    /// migrations (a node must never run statements its schema does not have).
+    /// Starts the node on the current actix system. Refuses a database it cannot reach (naming
+    /// the server and the cause: [`crate::Error::Unreachable`]) and one with migrations of this
+    /// binary pending ([`crate::Error::Unmigrated`]): a node must never run statements its schema
+    /// does not have.
     pub async fn start(self) -> Result<Node> {
         let settings = self.settings;
-        let pending = db::migrate::pending(settings.database.url.expose()).await?;
-        if !pending.is_empty() {
-            return Err(Error::migration(
-                format!(
-                    "{} migration(s) pending ({}): run `briefrail migrate` first",
-                    pending.len(),
-                    pending.join(", ")
-                ),
-                None,
-            ));
-        }
+        let url = settings.database.url.expose();
+        db::reach::reach(url, db::reach::TIMEOUT).await?;
+        db::migrate::require_current(url).await?;
         let pool = match self.pool {
             Some(p) => p,
             None => db::connect(&db::PoolOptions::from(&settings.database)).await?,

@@ -1,5 +1,7 @@
 //! The command line as an operator uses it: real binary, real database, exit codes.
 
+mod common;
+
 use std::process::{Command, Output};
 
 use briefrail::db::admin;
@@ -298,4 +300,319 @@ async fn bad_input_exits_2_and_runtime_failures_exit_1_with_one_line() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
+/// `briefrail ARGS` with `env`, and its exit code and stderr; the test's own config only.
+fn briefrail_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_briefrail"));
+    cmd.args(args).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run briefrail");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A port nothing listens on (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The env of a `run` that needs no broker and no fixed port.
+fn run_env(db_url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("BRIEFRAIL__DATABASE__URL", db_url.to_owned()),
+        ("BRIEFRAIL__TRANSPORT__KIND", "postgres".into()),
+        (
+            "BRIEFRAIL__HTTP__BIND",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+    ]
+}
+
+fn as_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// One line on stderr, with every `needle`, and never `secret`.
+fn says(stderr: &str, needles: &[&str], secret: &str) {
+    for n in needles {
+        assert!(stderr.contains(n), "{n:?} missing from: {stderr}");
+    }
+    assert!(!stderr.contains(secret), "the password leaked: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
+#[tokio::test]
+async fn an_unreachable_database_names_its_server_and_the_cause() {
+    let firm = Uuid::new_v4().to_string();
+    let status = ["status", "--firm", &firm, "--matter", &firm];
+    // Nothing listens (ECONNREFUSED): status, migrate, migrate --status and run alike.
+    let refused = "postgres://app:hunter2@127.0.0.1:1/ledger";
+    for args in [
+        &status[..],
+        &["migrate"],
+        &["migrate", "--status"],
+        &["run"],
+    ] {
+        let env = run_env(refused);
+        let (code, stderr) = briefrail_env(args, &as_refs(&env));
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        says(
+            &stderr,
+            &[
+                "127.0.0.1:1",
+                "connection refused",
+                "database \"ledger\"",
+                "user \"app\"",
+            ],
+            "hunter2",
+        );
+    }
+
+    // No such database (3D000): the remedy named; `migrate --status` keeps its own message.
+    let name = format!("br_cli_{}", &Uuid::new_v4().simple().to_string()[..12]);
+    let missing = admin::with_database(&server_url(), &name).unwrap();
+    for args in [&status[..], &["run"]] {
+        let env = run_env(&missing);
+        let (code, stderr) = briefrail_env(args, &as_refs(&env));
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        says(
+            &stderr,
+            &["no such database", "3D000", "briefrail migrate", &name],
+            "\u{0}",
+        );
+    }
+    assert!(!admin::database_exists(&missing).await.unwrap());
+
+    // A role that does not exist (28000), its password never printed.
+    let mut nobody = url::Url::parse(&server_url()).unwrap();
+    nobody.set_username("br_no_such_role").unwrap();
+    nobody.set_password(Some("s3cr3t-pw")).unwrap();
+    let (code, stderr) = briefrail_env(&status, &[("BRIEFRAIL__DATABASE__URL", nobody.as_str())]);
+    assert_eq!(code, Some(1), "{stderr}");
+    says(
+        &stderr,
+        &[
+            "authentication failed",
+            "SQLSTATE 28000",
+            "br_no_such_role",
+            "127.0.0.1:",
+        ],
+        "s3cr3t-pw",
+    );
+}
+
+/// A wrong password (28P01) needs a server that asks for one: a private cluster of its own.
+#[tokio::test]
+async fn a_wrong_password_is_named_as_such_and_never_printed() {
+    let cluster = common::cluster::PrivateCluster::start("cli-auth");
+    cluster.require_password("app", "right-pw");
+    let wrong = format!(
+        "postgres://app:wr0ng-pw@127.0.0.1:{}/postgres",
+        cluster.port
+    );
+    let firm = Uuid::new_v4().to_string();
+    // The reload is asynchronous: wait until the server asks for passwords.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (code, stderr) = loop {
+        let (code, stderr) = briefrail_env(
+            &["status", "--firm", &firm, "--matter", &firm],
+            &[("BRIEFRAIL__DATABASE__URL", &wrong)],
+        );
+        if stderr.contains("28P01") || std::time::Instant::now() > deadline {
+            break (code, stderr);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(code, Some(1), "{stderr}");
+    says(
+        &stderr,
+        &[
+            "authentication failed",
+            "SQLSTATE 28P01",
+            "password authentication failed for user \"app\"",
+            &format!("127.0.0.1:{}", cluster.port),
+        ],
+        "wr0ng-pw",
+    );
+    // The right password gets past the first connection (to the unmigrated database's error).
+    let right = format!(
+        "postgres://app:right-pw@127.0.0.1:{}/postgres",
+        cluster.port
+    );
+    let (code, stderr) = briefrail_env(
+        &["status", "--firm", &firm, "--matter", &firm],
+        &[("BRIEFRAIL__DATABASE__URL", &right)],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    says(&stderr, &["not migrated", "briefrail migrate"], "right-pw");
+}
+
+#[tokio::test]
+async fn an_unmigrated_database_says_to_run_migrate() {
+    // Nothing applied: a bare database.
+    let name = format!("br_cli_{}", &Uuid::new_v4().simple().to_string()[..12]);
+    let url = admin::with_database(&server_url(), &name).unwrap();
+    assert!(admin::create_database_if_missing(&url).await.unwrap());
+    let firm = Uuid::new_v4().to_string();
+    let ledger_commands: [&[&str]; 4] = [
+        &["status", "--firm", &firm, "--matter", &firm],
+        &[
+            "matter", "create", "--firm", &firm, "--matter", &firm, "--title", "t",
+        ],
+        &["brief", "request", "--firm", &firm, "--all"],
+        &["run"],
+    ];
+    let total = migration_names().len().to_string();
+    for args in ledger_commands {
+        let env = run_env(&url);
+        let (code, stderr) = briefrail_env(args, &as_refs(&env));
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        says(
+            &stderr,
+            &[
+                &format!("database {name} is not migrated"),
+                &format!("{total} of this binary's migrations pending"),
+                "run `briefrail migrate` first",
+            ],
+            "\u{0}",
+        );
+        assert!(!stderr.contains("relation"), "{stderr}");
+    }
+    // Reading changed nothing: no migrations table was created.
+    let text = ok(&briefrail(&url, &["migrate", "--status"]));
+    assert!(
+        text.contains(&format!("0 applied, {total} pending")),
+        "{text}"
+    );
+    admin::drop_database(&server_url(), &name).await.unwrap();
+
+    // Partially migrated: the newest migration's row gone.
+    let db = TestDb::new(1).await.unwrap();
+    let newest = migration_names().pop().unwrap();
+    let version = newest.split('_').next().unwrap().replace('-', "");
+    let mut c = db.connection().await.unwrap();
+    use diesel_async::SimpleAsyncConnection;
+    c.batch_execute(&format!(
+        "DELETE FROM __diesel_schema_migrations WHERE version = '{version}'"
+    ))
+    .await
+    .unwrap();
+    let (code, stderr) = briefrail_env(
+        &["status", "--firm", &firm, "--matter", &firm],
+        &[("BRIEFRAIL__DATABASE__URL", &db.url)],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    says(
+        &stderr,
+        &[
+            "1 of this binary's migrations pending",
+            &version,
+            "briefrail migrate",
+        ],
+        "\u{0}",
+    );
+}
+
+#[tokio::test]
+async fn unknown_keys_and_invalid_names_are_refused_with_what_is_valid() {
+    let dir = std::env::temp_dir().join(format!("briefrail-cli-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("node.toml");
+    let path = file.to_string_lossy().into_owned();
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "[lease]\nsecond = 30\n",
+            &[
+                "config lease.second: unknown key in",
+                &path,
+                "[lease] has: seconds",
+            ],
+        ),
+        (
+            "[databse]\nurl = \"postgres://u@h/d\"\n",
+            &["config databse: unknown section in", &path, "database"],
+        ),
+        (
+            "[transport]\nkind = \"kafka\"\n",
+            &[
+                "config transport.kind",
+                "\"kafka\" is not one of: amqp, postgres",
+            ],
+        ),
+        (
+            "[log]\nformat = \"xml\"\n",
+            &["config log.format", "\"xml\" is not one of: pretty, json"],
+        ),
+    ];
+    for (text, needles) in cases {
+        std::fs::write(&file, text).unwrap();
+        let (code, stderr) = briefrail_env(&["--config", &path, "migrate", "--status"], &[]);
+        assert_eq!(code, Some(2), "{text}: {stderr}");
+        says(&stderr, needles, "\u{0}");
+    }
+    let (code, stderr) = briefrail_env(
+        &["migrate", "--status"],
+        &[("BRIEFRAIL__LEASE__SECOND", "30")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    says(
+        &stderr,
+        &[
+            "config lease.second",
+            "environment variable BRIEFRAIL__LEASE__SECOND",
+        ],
+        "\u{0}",
+    );
+    let (code, stderr) = briefrail_env(
+        &["migrate", "--status"],
+        &[("BRIEFRAIL__BUILDER__KIND", "magic")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    says(
+        &stderr,
+        &["\"magic\" is not one of: brief, command, http"],
+        "\u{0}",
+    );
+
+    // Every TOML file shipped under config/ loads as a --config file.
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/config")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "toml") {
+            briefrail::config::Settings::load_with_env(Some(&p), std::iter::empty())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn a_busy_http_port_exits_1_naming_the_address() {
+    let db = TestDb::new(1).await.unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = briefrail_env(
+        &["run"],
+        &[
+            ("BRIEFRAIL__DATABASE__URL", &db.url),
+            ("BRIEFRAIL__TRANSPORT__KIND", "postgres"),
+            ("BRIEFRAIL__HTTP__BIND", &addr),
+            ("BRIEFRAIL__SHUTDOWN__GRACE_SECONDS", "1"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!("http.bind {addr}")) && last.contains("in use"),
+        "{stderr}"
+    );
+    drop(taken);
 }

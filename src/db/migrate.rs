@@ -87,9 +87,6 @@ pub struct MigrationStatus {
 /// has applied that this binary does not know, in version order. Reads only: it neither
 /// creates the database nor applies anything; a database that does not exist is an error.
 pub async fn status(url: &str) -> Result<Vec<MigrationStatus>> {
-    use diesel::RunQueryDsl;
-    use diesel::migration::MigrationSource;
-
     let (name, _) = crate::db::admin::split_url(url)?;
     if !crate::db::admin::database_exists(url).await? {
         return Err(Error::migration(
@@ -97,6 +94,34 @@ pub async fn status(url: &str) -> Result<Vec<MigrationStatus>> {
             None,
         ));
     }
+    read_status(url).await
+}
+
+/// Refuses a database with migrations of this binary pending ([`Error::Unmigrated`]), so a
+/// command reading the ledger says to run `briefrail migrate` instead of failing on a missing
+/// relation. Reads only: unlike [`pending`] (diesel's harness, which creates its table on a
+/// bare database), it changes nothing. Versions a newer release applied are fine.
+pub async fn require_current(url: &str) -> Result<()> {
+    let pending: Vec<String> = read_status(url)
+        .await?
+        .into_iter()
+        .filter(|m| m.state == MigrationState::Pending)
+        .map(|m| m.version)
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unmigrated {
+        database: crate::db::admin::split_url(url)?.0,
+        pending,
+    })
+}
+
+/// [`status`] of a database known to exist.
+async fn read_status(url: &str) -> Result<Vec<MigrationStatus>> {
+    use diesel::RunQueryDsl;
+    use diesel::migration::MigrationSource;
+
     #[derive(diesel::QueryableByName)]
     struct Applied {
         #[diesel(sql_type = diesel::sql_types::Text)]

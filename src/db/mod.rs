@@ -1,8 +1,10 @@
 //! Connections to the ledger's database: the pool every component shares, the embedded
-//! migrations, and the administrative statements that create databases.
+//! migrations, the administrative statements that create databases, and the first connection
+//! whose failure names its cause ([`reach`]).
 
 pub mod admin;
 pub mod migrate;
 pub mod pool;
+pub mod reach;
 
 pub use pool::{Conn, Pool, PoolOptions, connect};

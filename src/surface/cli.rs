@@ -68,6 +68,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ask the node on `http.bind` whether it is ready (`GET /readyz`; `--live`: only alive,
+    /// `GET /healthz`). Exit 0 when it answers 200, 1 otherwise (also for a bad config: Docker
+    /// reserves 2). For container health checks: the image has no curl.
+    Healthcheck {
+        /// Only ask whether the process answers (`/healthz`), not whether it is ready.
+        #[arg(long)]
+        live: bool,
+        /// Seconds to wait for the answer.
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        timeout: f64,
+    },
     /// Show a matter's state, job row, unserved demand, recent runs and latest frame.
     Status {
         #[command(flatten)]
@@ -231,18 +242,28 @@ pub fn exit_code(e: &Error) -> i32 {
 
 /// Runs a ledger command to completion. `run` and `demo` are dispatched by the binary.
 pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
+    if let Command::Healthcheck { live, timeout } = command {
+        return healthcheck(settings, live, timeout).await;
+    }
     let url = settings.database.url.expose().to_owned();
     if let Command::Migrate { status } = command {
+        // A refused connection or rejected credentials named as such (a missing database is
+        // fine: migrate creates it, `--status` says so).
+        db::reach::reach_server(&url, db::reach::TIMEOUT).await?;
         return if status {
             migrate_status(&url).await
         } else {
             migrate(&url).await
         };
     }
+    // Name an unreachable database by its cause, and an unmigrated one by its remedy, before
+    // a statement fails on a missing relation.
+    db::reach::reach(&url, db::reach::TIMEOUT).await?;
+    db::migrate::require_current(&url).await?;
     let pool = db::connect(&db::PoolOptions::from(&settings.database).size(2)).await?;
     let mut conn = pool.get().await?;
     match command {
-        Command::Migrate { .. } => unreachable!("handled above"),
+        Command::Migrate { .. } | Command::Healthcheck { .. } => unreachable!("handled above"),
         Command::Run | Command::Demo => {
             return Err(Error::InvalidInput(
                 "`run` needs the actor system: call surface::run::run".into(),
@@ -319,6 +340,22 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             status(&mut conn, &matter, json, runs, settings.retry.max_attempts).await?;
         }
     }
+    Ok(())
+}
+
+/// `healthcheck`: one `GET` on the node at `http.bind`; prints its answer when it is 200.
+async fn healthcheck(settings: &Settings, live: bool, timeout: f64) -> Result<()> {
+    let timeout = std::time::Duration::try_from_secs_f64(timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "--timeout {timeout}: must be a positive number of seconds"
+            ))
+        })?;
+    let path = if live { "/healthz" } else { "/readyz" };
+    let answer = crate::surface::healthcheck::check(&settings.http.bind, path, timeout).await?;
+    println!("healthy: {answer}");
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! The operator surface: the command line (`feature = "cli"`), the narrated demo, the HTTP admin
-//! endpoint (`feature = "http"`), the logs, and `run`, which serves one node until told to stop.
+//! endpoint (`feature = "http"`), the logs, `run`, which serves one node until told to stop, and
+//! the health check a container runs against it (`healthcheck`).
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -7,6 +8,7 @@ pub mod cli;
 pub mod console;
 #[cfg(feature = "cli")]
 pub mod demo;
+pub mod healthcheck;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "cli")]

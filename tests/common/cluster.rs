@@ -120,6 +120,41 @@ impl PrivateCluster {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
     }
 
+    /// Creates role `role` with `password` and makes TCP connections authenticate by password
+    /// (scram-sha-256); the `postgres` superuser keeps trust over the cluster's socket. What a
+    /// test of a refused password needs: the machine's cluster trusts every local connection.
+    pub fn require_password(&self, role: &str, password: &str) {
+        let socket = self.dir.display().to_string();
+        let port = self.port.to_string();
+        self.client(
+            "psql",
+            &[
+                "-h",
+                &socket,
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                &format!("CREATE ROLE {role} LOGIN PASSWORD '{password}'"),
+            ],
+        );
+        let hba = self.dir.join("data").join("pg_hba.conf");
+        std::fs::write(
+            &hba,
+            "local all postgres trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        self.client(
+            "pg_ctl",
+            &["-D", self.dir.join("data").to_str().unwrap(), "reload"],
+        );
+    }
+
     /// Runs a client program of this PostgreSQL installation (pg_dump, pg_restore, psql).
     pub fn client(&self, program: &str, args: &[&str]) -> Output {
         run_pg(&self.bindir.join(program), args)

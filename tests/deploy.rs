@@ -1,0 +1,565 @@
+//! The deploy recipes as written.
+//!
+//! * README.md's systemd install block, extracted and run as root (twice: it is idempotent)
+//!   with every path it installs to under a scratch root of this run, the unit checked
+//!   (`systemd-analyze verify`, and against what the block installed), the README's migrate
+//!   line run, then the unit's `ExecStart` run as the unit would: as its `User`/`Group`, with
+//!   only its `EnvironmentFile`'s variables, in its `WorkingDirectory`, stderr not a terminal
+//!   (as the journal is not). It must serve `/healthz` and `/readyz` and write no colour codes.
+//! * The container health check, taken from the Dockerfile and docker-compose.yml, run as the
+//!   image would run it (exec form, the binary itself) against a live node and a dead one.
+//!
+//! Global state: the system user `briefrail` (created if missing, left in place: another run
+//! may be using it). Everything else is under the scratch root, removed at the end.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use briefrail::db::admin;
+use briefrail::testing::{TestDb, drop_database_now, server_url};
+use common::{BrokerScope, scratch_dir, spawn_node};
+
+const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The paths the install block writes to; each is moved under the scratch root.
+const INSTALLED: [&str; 4] = [
+    "/usr/local/bin/briefrail",
+    "/etc/briefrail",
+    "/var/lib/briefrail",
+    "/etc/systemd/system",
+];
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(MANIFEST).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The ```sh block that follows `<!-- deploy-test: {marker}` in README.md.
+fn readme_block(marker: &str) -> String {
+    let readme = read("README.md");
+    let tag = format!("<!-- deploy-test: {marker}");
+    let after = readme
+        .split_once(&tag)
+        .unwrap_or_else(|| panic!("README.md has no `{tag}` marker"))
+        .1;
+    let body = after
+        .split_once("```sh\n")
+        .unwrap_or_else(|| panic!("no ```sh block after `{tag}` in README.md"))
+        .1;
+    body.split_once("\n```")
+        .unwrap_or_else(|| panic!("the block after `{tag}` is not closed"))
+        .0
+        .to_owned()
+}
+
+/// `text` with every installed path under `root`; fails if any path outside it remains, so
+/// an edit of the README can never make this test write to the machine's /etc.
+fn under_root(text: &str, root: &Path) -> String {
+    let root = root.display().to_string();
+    for p in INSTALLED {
+        assert!(!root.contains(p), "scratch root {root} contains {p}");
+    }
+    let mut out = text.to_owned();
+    for p in INSTALLED {
+        out = out.replace(p, &format!("{root}{p}"));
+    }
+    let marked = out.replace(&root, "\u{1}");
+    for system in ["/etc/", "/var/", "/usr/local/", "/opt/", "/srv/"] {
+        for (i, _) in marked.match_indices(system) {
+            assert!(
+                marked[..i].ends_with('\u{1}'),
+                "the recipe writes to {system}... outside the paths this test moves under its \
+                 scratch root ({INSTALLED:?}): add the path to INSTALLED.\n{text}"
+            );
+        }
+    }
+    out
+}
+
+/// Where program `name` is, on PATH or in the system directories root's PATH has.
+fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A program the test needs, or a failure naming it.
+fn tool(name: &str) -> PathBuf {
+    find_tool(name).unwrap_or_else(|| panic!("{name} is missing: this test needs it (install it)"))
+}
+
+/// Runs `script` with `sh` from the checkout (the recipes' relative paths are the repo's),
+/// holding a machine-wide lock: two runs at once must not both create the user.
+fn sh(script: &str) -> std::process::Output {
+    let lock = std::env::temp_dir().join("briefrail-deploy-test.lock");
+    let out = Command::new(tool("flock"))
+        .arg(lock)
+        .arg(tool("sh"))
+        .arg("-c")
+        .arg(script)
+        .current_dir(MANIFEST)
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "the recipe failed ({:?}):\n{script}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn id(flag: &str, user: &str) -> u32 {
+    let out = Command::new(tool("id"))
+        .args([flag, user])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "no user {user}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// `[Service]`'s values of `key` in a unit file.
+fn unit_values(unit: &str, key: &str) -> Vec<String> {
+    let mut in_service = false;
+    let mut out = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_service = line == "[Service]";
+        } else if in_service {
+            if let Some(v) = line.strip_prefix(&format!("{key}=")) {
+                out.push(v.trim().to_owned());
+            }
+        }
+    }
+    out
+}
+
+fn unit_value(unit: &str, key: &str) -> String {
+    let v = unit_values(unit, key);
+    assert_eq!(v.len(), 1, "[Service] {key}= set {} times", v.len());
+    v[0].clone()
+}
+
+/// The variables of a systemd `EnvironmentFile` (KEY=value, value optionally in single or
+/// double quotes; `#` comments and blank lines ignored).
+fn environment_file(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
+        .map(|l| {
+            let (k, v) = l
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not KEY=value: {l}"));
+            let v = v.trim();
+            let v = ['\'', '"']
+                .iter()
+                .find_map(|q| v.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+                .unwrap_or(v);
+            (k.trim().to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// `GET path` on `addr`; the status code, if anything answered.
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// What the test leaves behind, removed when it ends (also when it panics).
+struct Cleanup {
+    root: PathBuf,
+    database: String,
+    child: Option<std::process::Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        drop_database_now(&self.database);
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+#[test]
+fn the_readme_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
+    let uid = String::from_utf8_lossy(&Command::new(tool("id")).arg("-u").output().unwrap().stdout)
+        .trim()
+        .to_owned();
+    assert_eq!(
+        uid, "0",
+        "tests/deploy.rs runs the README's systemd recipe, which creates the system user \
+         briefrail: run it as root (e.g. `sudo -E cargo test --test deploy`)"
+    );
+    for t in [
+        "useradd", "install", "runuser", "setpriv", "flock", "id", "kill",
+    ] {
+        tool(t);
+    }
+
+    let root = scratch_dir("deploy-root");
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let database = format!(
+        "br_deploy_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let mut cleanup = Cleanup {
+        root: root.clone(),
+        database: database.clone(),
+        child: None,
+    };
+
+    // The install block, as written but for the binary's path and the scratch root.
+    let block = readme_block("install");
+    let release = "target/release/briefrail";
+    assert!(block.contains(release), "the block installs {release}");
+    let script = under_root(
+        &block.replace(release, env!("CARGO_BIN_EXE_briefrail")),
+        &root,
+    );
+    sh(&script);
+    sh(&script); // idempotent: the user exists, the config and the secrets are kept
+
+    // What it set up.
+    let (user_uid, user_gid) = (id("-u", "briefrail"), id("-g", "briefrail"));
+    let at = |p: &str| PathBuf::from(format!("{}{p}", root.display()));
+    let check = |p: &str, mode: u32, uid: u32, gid: u32| {
+        let m = std::fs::metadata(at(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert_eq!(m.mode() & 0o7777, mode, "{p}: mode {:o}", m.mode() & 0o7777);
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{p}: owner");
+    };
+    check("/etc/briefrail", 0o750, 0, user_gid);
+    check("/etc/briefrail/env", 0o640, 0, user_gid);
+    check("/etc/briefrail/briefrail.toml", 0o640, 0, user_gid);
+    check("/var/lib/briefrail", 0o750, user_uid, user_gid);
+    check("/usr/local/bin/briefrail", 0o755, 0, 0);
+    let shipped = read("deploy/briefrail.service");
+    let unit = std::fs::read_to_string(at("/etc/systemd/system/briefrail.service")).unwrap();
+    assert_eq!(unit, shipped, "the block installs deploy/briefrail.service");
+
+    // The env file the block wrote names only known settings (a typo is refused).
+    let config = at("/etc/briefrail/briefrail.toml");
+    let written = environment_file(&std::fs::read_to_string(at("/etc/briefrail/env")).unwrap());
+    assert!(
+        written.iter().any(|(k, _)| k == "BRIEFRAIL__DATABASE__URL"),
+        "{written:?}"
+    );
+    briefrail::config::Settings::load_with_env(Some(&config), written.clone())
+        .unwrap_or_else(|e| panic!("the recipe's config and env file: {e}"));
+
+    // The unit: what systemd makes of it, and what it points at.
+    let (user, group) = (unit_value(&unit, "User"), unit_value(&unit, "Group"));
+    assert_eq!((user.as_str(), group.as_str()), ("briefrail", "briefrail"));
+    let env_file = unit_value(&unit, "EnvironmentFile");
+    assert!(
+        !env_file.starts_with('-'),
+        "the secrets are required: EnvironmentFile={env_file}"
+    );
+    assert_eq!(env_file, "/etc/briefrail/env");
+    let workdir = unit_value(&unit, "WorkingDirectory");
+    assert!(at(&workdir).is_dir(), "WorkingDirectory={workdir}");
+    for p in unit_values(&unit, "ReadWritePaths") {
+        assert!(
+            at(&p).is_dir(),
+            "ReadWritePaths={p} is not set up by the block"
+        );
+    }
+    let exec: Vec<String> = unit_value(&unit, "ExecStart")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(exec[0], "/usr/local/bin/briefrail", "{exec:?}");
+    let config_arg = exec
+        .iter()
+        .position(|a| a == "--config")
+        .map(|i| exec[i + 1].clone())
+        .expect("ExecStart passes --config");
+    assert_eq!(at(&config_arg), config, "ExecStart's --config");
+    assert_eq!(exec.last().map(String::as_str), Some("run"));
+    match find_tool("systemd-analyze") {
+        Some(analyze) => {
+            // systemd resolves the unit's dependencies (sysinit.target...) under the root too.
+            let units = Path::new("/usr/lib/systemd/system");
+            assert!(
+                units.is_dir(),
+                "systemd-analyze is here but {} is not: cannot verify the unit",
+                units.display()
+            );
+            std::fs::create_dir_all(at("/usr/lib/systemd")).unwrap();
+            sh(&format!(
+                "cp -r {} {}",
+                units.display(),
+                at("/usr/lib/systemd").display()
+            ));
+            let out = Command::new(analyze)
+                .arg("verify")
+                .arg(format!("--root={}", root.display()))
+                .arg(at("/etc/systemd/system/briefrail.service"))
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.status.success() && said.trim().is_empty(),
+                "systemd-analyze verify: {said}"
+            );
+        }
+        None => eprintln!(
+            "systemd-analyze is missing: the unit is checked against what the block installed only"
+        ),
+    }
+
+    // The operator's edit of the secrets: a database and a broker scope of this run's own,
+    // a free port.
+    let broker = BrokerScope::new();
+    let port = free_port();
+    let db_url = admin::with_database(&server_url(), &database).unwrap();
+    let env_text = format!(
+        "# written by tests/deploy.rs\nBRIEFRAIL__DATABASE__URL='{db_url}'\n\
+         BRIEFRAIL__TRANSPORT__AMQP_URL='{}'\nBRIEFRAIL__TRANSPORT__PREFIX='{}'\n\
+         BRIEFRAIL__HTTP__BIND='127.0.0.1:{port}'\nBRIEFRAIL__NODE__ID=\"deploy-test\"\n",
+        common::AMQP_URL,
+        broker.prefix
+    );
+    std::fs::write(at("/etc/briefrail/env"), env_text).unwrap();
+    check("/etc/briefrail/env", 0o640, 0, user_gid);
+
+    // The README's migrate line, as written (as the service user, with the service's env).
+    let start = readme_block("start");
+    let migrate = start
+        .lines()
+        .find(|l| l.starts_with("runuser") && l.contains(" migrate"))
+        .expect("the start block migrates as the service user");
+    assert!(
+        start.contains("systemctl enable --now briefrail"),
+        "the start block starts the unit the install block installed:\n{start}"
+    );
+    let out = sh(&under_root(migrate, &root));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("created") && said.contains("applied"),
+        "{said}"
+    );
+
+    // ExecStart as systemd runs it: the unit's user and group, only the environment file's
+    // variables (and a PATH), its working directory, no terminal.
+    let vars = environment_file(&std::fs::read_to_string(at(&env_file)).unwrap());
+    let log = root.join("journal.stderr");
+    let mut cmd = Command::new(tool("setpriv"));
+    cmd.args(["--reuid", &user, "--regid", &group, "--init-groups", "--"])
+        .arg(at(&exec[0]))
+        .args(exec[1..].iter().map(|a| under_root(a, &root)))
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .envs(vars)
+        .current_dir(at(&workdir))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let child = cleanup.child.insert(cmd.spawn().expect("start ExecStart"));
+    let pid = child.id();
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "ExecStart exited ({status}) before serving:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        if http_status(&addr, "/healthz") == Some(200) && http_status(&addr, "/readyz") == Some(200)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/healthz and /readyz did not answer 200 within 60 s:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // It runs as the unit's user.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid_line.split_whitespace().nth(1),
+        Some(user_uid.to_string().as_str()),
+        "{uid_line}"
+    );
+    // SIGTERM, as `systemctl stop` sends (KillSignal): a graceful stop, exit 0.
+    let killed = Command::new(tool("kill"))
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit 30 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let journal = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "exit {status} after SIGTERM:\n{journal}");
+    assert!(journal.contains("briefrail is running"), "{journal}");
+    assert!(
+        !journal.contains('\u{1b}'),
+        "colour codes in what the journal would get:\n{journal:?}"
+    );
+    drop(cleanup);
+}
+
+/// The JSON array after `CMD` of the Dockerfile's HEALTHCHECK (continuation lines joined).
+fn dockerfile_healthcheck() -> Vec<String> {
+    let text = read("Dockerfile").replace("\\\n", " ");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("HEALTHCHECK"))
+        .expect("the Dockerfile has a HEALTHCHECK");
+    let json = line
+        .split_once(" CMD ")
+        .unwrap_or_else(|| panic!("HEALTHCHECK without CMD: {line}"))
+        .1
+        .trim();
+    serde_json::from_str(json).unwrap_or_else(|e| {
+        panic!("HEALTHCHECK CMD must be the exec form (a JSON array, no shell): {json}: {e}")
+    })
+}
+
+/// The nodes' `healthcheck: test:` array of docker-compose.yml.
+fn compose_healthcheck() -> Vec<String> {
+    let text = read("docker-compose.yml");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("test:") && l.contains("briefrail"))
+        .expect("docker-compose.yml's nodes have a healthcheck");
+    let json = line.trim_start().trim_start_matches("test:").trim();
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"))
+}
+
+/// Runs a health check argv with the image's binary replaced by the built one.
+fn run_check(argv: &[String], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let image_binary = "/usr/local/bin/briefrail";
+    assert_eq!(
+        argv[0], image_binary,
+        "the health check runs the binary itself"
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_briefrail"));
+    cmd.args(&argv[1..]).env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_container_health_check_is_the_binary_itself_and_names_what_is_wrong() {
+    let dockerfile = read("Dockerfile");
+    assert!(
+        dockerfile
+            .contains("COPY --from=build /src/target/release/briefrail /usr/local/bin/briefrail"),
+        "the image has the binary where its health check runs it"
+    );
+    let image = dockerfile_healthcheck();
+    let compose = compose_healthcheck();
+    assert_eq!(
+        compose.first().map(String::as_str),
+        Some("CMD"),
+        "compose's check is exec form: the image's /bin/sh (dash) has no /dev/tcp"
+    );
+    assert_eq!(
+        compose[1..],
+        image[..],
+        "compose runs the image's own check"
+    );
+
+    let db = TestDb::new(2).await.unwrap();
+    let dir = scratch_dir("healthcheck");
+    let port = free_port();
+    let node_bind = format!("127.0.0.1:{port}");
+    let mut node = spawn_node(&db, &dir, "hc", &[("BRIEFRAIL__HTTP__BIND", &node_bind)]);
+    // As in compose: the node's environment, bound to every address, with its token.
+    let any_bind = format!("0.0.0.0:{port}");
+    let env = [
+        ("BRIEFRAIL__HTTP__BIND", any_bind.as_str()),
+        ("BRIEFRAIL__HTTP__TOKEN", "change-me"),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (stdout, stderr) = loop {
+        let (code, stdout, stderr) = run_check(&image, &env);
+        if code == Some(0) {
+            break (stdout, stderr);
+        }
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            Instant::now() < deadline,
+            "not healthy within 60 s: {stderr}\n{}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        stdout.starts_with(&format!(
+            "healthy: http://127.0.0.1:{port}/readyz answered HTTP/1."
+        )) && stdout.contains(" 200 OK: ")
+            && stdout.contains("\"ready\":true"),
+        "{stdout}{stderr}"
+    );
+    let mut live = image.clone();
+    live.push("--live".into());
+    let (code, stdout, _) = run_check(&live, &env);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("/healthz answered"), "{stdout}");
+
+    node.signal("-TERM");
+    assert!(node.wait_exit(Duration::from_secs(30)).is_some());
+    let (code, _, stderr) = run_check(&image, &env);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "nothing answers at http://127.0.0.1:{port}/readyz"
+        )) && stderr.contains(&format!("http.bind {any_bind}")),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // A health check exits 0 or 1 only (Docker reserves 2), even for a bad config.
+    let (code, _, stderr) = run_check(&image, &[("BRIEFRAIL__HTTP__BIND", "nowhere")]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("http.bind"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
