@@ -72,6 +72,7 @@ pub struct Settings {
     pub http: HttpSettings,
     pub shutdown: ShutdownSettings,
     pub log: LogSettings,
+    pub otel: OtelSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -272,6 +273,38 @@ pub struct LogSettings {
     pub level: String,
 }
 
+/// The OpenTelemetry exporter (`feature = "otel"`): off unless `endpoint` is set. Spans go to
+/// `{endpoint}/v1/traces` as OTLP/HTTP JSON from a bounded queue, so a slow or absent collector
+/// costs dropped spans, never a slower build.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OtelSettings {
+    /// The collector's OTLP/HTTP base URL (Jaeger or Tempo on port 4318, e.g.
+    /// `http://jaeger:4318`); `/v1/traces` is appended unless the path already ends with it.
+    /// `user:password@` is sent as basic auth and never logged. Empty: no export (the default).
+    pub endpoint: SecretUrl,
+    /// `service.name` of the exported resource: what the trace UI lists the spans under.
+    pub service_name: String,
+    /// Upper bound on one export request; a collector slower than this loses that batch.
+    pub timeout_seconds: f64,
+    /// Finished spans waiting for export; beyond this they are dropped (and counted in a
+    /// warning), so memory stays bounded while the collector is away.
+    pub queue_size: usize,
+    /// How long a finished span may wait for the next batch (the batch also leaves when full).
+    pub batch_delay_ms: u64,
+}
+
+impl OtelSettings {
+    /// Whether spans are exported at all.
+    pub fn enabled(&self) -> bool {
+        !self.endpoint.expose().trim().is_empty()
+    }
+
+    /// The export timeout as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_seconds)
+    }
+}
+
 impl Settings {
     /// Defaults, then `file` (if any), then the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
@@ -336,7 +369,53 @@ impl Settings {
         self.validate_transport()?;
         self.validate_relay_and_reconcile()?;
         self.validate_http()?;
-        self.validate_shutdown_and_log()
+        self.validate_shutdown_and_log()?;
+        self.validate_otel()
+    }
+
+    /// `otel.endpoint` is empty (off) or an `http(s)://` URL with a host; when it is set, the
+    /// service name is not empty, the timeout, queue and batch delay are positive and bounded.
+    fn validate_otel(&self) -> Result<(), ConfigError> {
+        let o = &self.otel;
+        if !o.enabled() {
+            return Ok(());
+        }
+        if !cfg!(feature = "otel") {
+            return Err(ConfigError::new(
+                "otel.endpoint",
+                "is set, but this build has no `otel` feature (rebuild with it, or leave it empty)",
+            ));
+        }
+        let shown = o.endpoint.to_string();
+        let u = url::Url::parse(o.endpoint.expose().trim()).map_err(|e| {
+            ConfigError::new("otel.endpoint", format!("{shown:?} is not a URL: {e}"))
+        })?;
+        if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none_or(str::is_empty) {
+            return Err(ConfigError::new(
+                "otel.endpoint",
+                format!(
+                    "{shown:?} is not an http:// or https:// URL with a host (e.g. http://jaeger:4318)"
+                ),
+            ));
+        }
+        if o.service_name.trim().is_empty() {
+            return Err(ConfigError::new("otel.service_name", "must not be empty"));
+        }
+        positive("otel.timeout_seconds", o.timeout_seconds)?;
+        if o.timeout_seconds > 300.0 {
+            return Err(ConfigError::new(
+                "otel.timeout_seconds",
+                format!("{} is too long: at most 300", o.timeout_seconds),
+            ));
+        }
+        positive("otel.queue_size", o.queue_size as f64)?;
+        if o.queue_size > 1_000_000 {
+            return Err(ConfigError::new(
+                "otel.queue_size",
+                format!("{} is too large: at most 1000000", o.queue_size),
+            ));
+        }
+        positive("otel.batch_delay_ms", o.batch_delay_ms as f64)
     }
 
     /// Retention ages are zero (keep) or positive days; the interval and batch positive, the
@@ -562,6 +641,7 @@ pub fn known_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("http", fields::<HttpSettings>()),
         ("shutdown", fields::<ShutdownSettings>()),
         ("log", fields::<LogSettings>()),
+        ("otel", fields::<OtelSettings>()),
     ]
 }
 
@@ -764,6 +844,13 @@ mod tests {
             ("BRIEFRAIL__HTTP__BIND", "0.0.0.0:8080", "http.token"),
             ("BRIEFRAIL__DATABASE__URL", "mysql://x@y/z", "database.url"),
             ("BRIEFRAIL__LOG__FORMAT", "xml", "log.format"),
+            ("BRIEFRAIL__OTEL__ENDPOINT", "jaeger:4318", "otel.endpoint"),
+            (
+                "BRIEFRAIL__OTEL__ENDPOINT",
+                "grpc://jaeger:4317",
+                "otel.endpoint",
+            ),
+            ("BRIEFRAIL__OTEL__ENDPOINT", "http://", "otel.endpoint"),
         ];
         for (k, v, key) in cases {
             let e = Settings::load_with_env(None, env(&[(k, v)])).expect_err(k);
@@ -903,6 +990,51 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn otel_is_off_by_default_and_checked_when_on() {
+        let s = Settings::defaults();
+        assert!(!s.otel.enabled());
+        assert_eq!(s.otel.service_name, "briefrail");
+        let s = Settings::load_with_env(
+            None,
+            env(&[("BRIEFRAIL__OTEL__ENDPOINT", "http://jaeger:4318")]),
+        )
+        .expect("valid");
+        assert!(s.otel.enabled());
+        for (k, v, key) in [
+            (
+                "BRIEFRAIL__OTEL__TIMEOUT_SECONDS",
+                "0",
+                "otel.timeout_seconds",
+            ),
+            ("BRIEFRAIL__OTEL__QUEUE_SIZE", "0", "otel.queue_size"),
+            (
+                "BRIEFRAIL__OTEL__BATCH_DELAY_MS",
+                "0",
+                "otel.batch_delay_ms",
+            ),
+            ("BRIEFRAIL__OTEL__SERVICE_NAME", " ", "otel.service_name"),
+        ] {
+            let e = Settings::load_with_env(
+                None,
+                env(&[("BRIEFRAIL__OTEL__ENDPOINT", "http://jaeger:4318"), (k, v)]),
+            )
+            .expect_err(k);
+            assert_eq!(e.key, key, "{k}={v}: {e}");
+        }
+        // Off, the other keys are not looked at.
+        Settings::load_with_env(None, env(&[("BRIEFRAIL__OTEL__QUEUE_SIZE", "0")])).expect("off");
+        // A bad endpoint is named in the error, without its password.
+        let e = Settings::load_with_env(
+            None,
+            env(&[("BRIEFRAIL__OTEL__ENDPOINT", "ftp://ops:s3cr3t@tempo:4318")]),
+        )
+        .expect_err("not http");
+        assert_eq!(e.key, "otel.endpoint");
+        assert!(e.to_string().contains("ftp://ops:***@tempo:4318"), "{e}");
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
     }
 
     #[test]

@@ -42,6 +42,8 @@
 //! * [`schema`]: diesel's view of the tables (checked against the migrations by a test).
 //! * [`secret`]: URLs whose passwords never reach a log line.
 //! * [`trace`]: W3C trace context carried from a fact to the frame that served it.
+//! * `otel` (`feature = "otel"`, `[otel] endpoint`): those traces out, as OTLP/HTTP JSON to
+//!   the firm's Jaeger or Tempo: a tracing layer, a bounded queue, a batching thread.
 //! * `testing` (`feature = "testing"`): a database per test, test hooks; never in production.
 
 pub mod actors;
@@ -54,6 +56,8 @@ pub mod ledger;
 pub mod metrics;
 pub mod node;
 pub mod nudge;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod schema;
 pub mod secret;
 pub mod surface;

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         // The demo narrates on stdout; logs would only interleave with it.
         settings.log.level = "error,lapin=off".into();
     }
-    briefrail::surface::logging::init(&settings.log);
+    let logging = briefrail::surface::logging::init(&settings);
     if let cli::Command::Run = args.command {
         let settings = std::sync::Arc::new(settings);
         let builder = match briefrail::builders::from_settings(&settings.builder) {
@@ -30,16 +30,26 @@ fn main() -> ExitCode {
             Err(e) => return finish(Err(e)),
         };
         let system = actix_rt::System::new();
-        let result = system.block_on(briefrail::surface::run::run(
-            settings,
-            builder,
-            briefrail::surface::run::termination(),
-        ));
+        let result = system.block_on(async {
+            let result = briefrail::surface::run::run(
+                settings,
+                builder,
+                briefrail::surface::run::termination(),
+            )
+            .await;
+            // The node has stopped and its last builds' spans are queued: send them.
+            logging.flush().await;
+            result
+        });
         return finish(result);
     }
     if let cli::Command::Demo = args.command {
         let system = actix_rt::System::new();
-        return finish(system.block_on(briefrail::surface::demo::run(&settings)));
+        return finish(system.block_on(async {
+            let result = briefrail::surface::demo::run(&settings).await;
+            logging.flush().await;
+            result
+        }));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -16,12 +16,20 @@ use uuid::Uuid;
 use crate::builders::{BuildContext, Builder};
 use crate::db::Pool;
 use crate::error::{Error, ErrorKind};
+#[cfg(feature = "otel")]
+use crate::ledger::reads;
 use crate::ledger::transitions::{self as t, Landed, RetryPolicy};
 use crate::ledger::{Claim, Commit, Frame};
 use crate::metrics::Metrics;
+#[cfg(feature = "otel")]
+use crate::trace::Traceparent;
 
 /// Upper bound on settling a build (commit, fail or release, with their retries).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Upper bound on reading the served events' trace context before a build: past it the build
+/// starts without (its span then begins a trace of its own).
+#[cfg(feature = "otel")]
+const LINK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What every build needs from its node.
 pub struct BuildEnv {
@@ -133,6 +141,19 @@ pub enum BuildOutcome {
     Unsettled(String),
 }
 
+impl BuildOutcome {
+    /// The outcome's name, as the build's span (and its exported trace) carries it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Landed(_) => "landed",
+            Self::Fenced => "fenced",
+            Self::Failed(_) => "failed",
+            Self::Released => "released",
+            Self::Unsettled(_) => "unsettled",
+        }
+    }
+}
+
 /// A build finished. The slot comes back with it so a follow-up starts without queueing.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -162,10 +183,17 @@ impl Handler<RunBuild> for BuilderActor {
             slot,
             reply,
         } = msg;
+        // `outcome` and `error` are recorded at the end, after the log lines they would only
+        // repeat: they are for the exported trace (crate::otel).
         let span = tracing::info_span!(parent: None, "build", firm_id = %claim.firm_id, matter_id = %claim.matter_id,
                                        token = claim.token, run_id = %claim.run_id, node_id = %env.node_id,
-                                       trace_id = trace_id.as_deref().unwrap_or(""));
+                                       trace_id = trace_id.as_deref().unwrap_or(""),
+                                       outcome = tracing::field::Empty, error = tracing::field::Empty);
         let fut = async move {
+            #[cfg(feature = "otel")]
+            if crate::otel::exported(&tracing::Span::current()) {
+                link_served_demands(&env.pool, &event_ids).await;
+            }
             let outcome = run_build(&env, claim, trace_id, event_ids).await;
             // The matter actor may have gone (stopped or restarted): the slot then just drops.
             let _ = reply.try_send(BuildDone {
@@ -250,7 +278,46 @@ pub async fn run_build(
             tracing::error!(error = %e, "could not settle the claim; its lease will expire")
         }
     }
+    let span = tracing::Span::current();
+    span.record("outcome", outcome.name());
+    if let BuildOutcome::Failed(e) | BuildOutcome::Unsettled(e) = &outcome {
+        span.record("error", e.as_str());
+    }
     outcome
+}
+
+/// Joins the current (build) span to the traces of the demands it serves: its parent becomes
+/// the first served event's traceparent (the upload that caused the build, so the build shows
+/// under it in Jaeger or Tempo) and its links all of them, read from the ledger in one
+/// statement (the events' outbox rows: what the run's `event_ids` name). Only for a span that
+/// is exported; a failed read costs the links, never the build.
+#[cfg(feature = "otel")]
+async fn link_served_demands(pool: &Pool, event_ids: &[Uuid]) {
+    if event_ids.is_empty() {
+        return;
+    }
+    let read = async {
+        let mut c = pool.get().await?;
+        reads::event_traceparents(&mut c, event_ids).await
+    };
+    let rows = match tokio::time::timeout(LINK_TIMEOUT, read).await {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "no trace context for the build's span: it starts its own trace");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(
+                "the trace context read timed out: the build's span starts its own trace"
+            );
+            return;
+        }
+    };
+    let served: Vec<Traceparent> = rows
+        .iter()
+        .filter_map(|(_, tp)| tp.as_deref().and_then(Traceparent::parse))
+        .collect();
+    crate::otel::join(&tracing::Span::current(), served.first(), &served);
 }
 
 /// Closes the claim on the ledger according to how the build stopped.

@@ -101,7 +101,11 @@ fn read_pem(path: &str) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::ClientConfig> {
+/// The TLS settings of an awc client: the system's roots plus `extra_roots` (also the OTLP
+/// exporter's).
+pub(crate) fn tls_config(
+    extra_roots: Vec<CertificateDer<'static>>,
+) -> Result<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     // A system without a CA bundle still works with builder.ca_file alone.
     let native = rustls_native_certs::load_native_certs();

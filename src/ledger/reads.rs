@@ -52,6 +52,22 @@ pub async fn run(conn: &mut AsyncPgConnection, run_id: Uuid) -> Result<Option<Ru
         .optional()?)
 }
 
+/// The trace context each of `event_ids` was recorded with, oldest event first (outbox order;
+/// `None`: recorded without one). What a build's span links to: the first is the demand that
+/// caused the build. Events retention already removed are simply absent.
+pub async fn event_traceparents(
+    conn: &mut AsyncPgConnection,
+    event_ids: &[Uuid],
+) -> Result<Vec<(Uuid, Option<String>)>> {
+    use ops::domain_event_outbox::dsl as o;
+    Ok(o::domain_event_outbox
+        .filter(o::event_id.eq_any(event_ids))
+        .order(o::seq.asc())
+        .select((o::event_id, o::traceparent))
+        .load(conn)
+        .await?)
+}
+
 /// The frame a token landed, if it did.
 pub async fn frame_meta(
     conn: &mut AsyncPgConnection,

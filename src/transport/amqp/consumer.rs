@@ -157,6 +157,8 @@ async fn consume(
     let envelopes: Vec<EventEnvelope> = batch.iter().map(|(_, e)| e.clone()).collect();
     match apply_when_possible(opts, &envelopes).await {
         Ok(applied) => {
+            #[cfg(feature = "otel")]
+            link_demands(&applied);
             for ((d, e), a) in batch.iter().zip(applied) {
                 settle(opts, nudges, dead, d, e, a).await?;
             }
@@ -182,6 +184,25 @@ async fn consume(
         }
     }
     Ok(())
+}
+
+/// Links the current (consume) span, when it is exported, to every demand the batch recorded,
+/// by the trace context of the ledger's copy of each fact (never the message's).
+#[cfg(feature = "otel")]
+fn link_demands(applied: &[Applied]) {
+    let span = tracing::Span::current();
+    if !crate::otel::exported(&span) {
+        return;
+    }
+    let links: Vec<crate::trace::Traceparent> = applied
+        .iter()
+        .filter_map(|a| match a {
+            Applied::Demand { fact, .. } => fact.traceparent.as_deref(),
+            _ => None,
+        })
+        .filter_map(crate::trace::Traceparent::parse)
+        .collect();
+    crate::otel::join(&span, None, &links);
 }
 
 /// Acks (or dead-letters) one delivery by what the ledger made of it, then nudges its matter.
