@@ -325,6 +325,35 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
         );
     }
     assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 4);
+    // Each is in the ledger too, with its reason, for the console and `briefrail dead-letters`;
+    // the ten-MiB body is kept truncated, and a body that named an event id is filed under it.
+    let ledger = briefrail::ledger::dead_letters::list(&mut c, false, 10)
+        .await
+        .unwrap();
+    let said: Vec<&str> = ledger.iter().map(|d| d.reason.as_str()).collect();
+    assert_eq!(ledger.len(), 4, "{said:?}");
+    for expected in [
+        "expected value",
+        "missing field `event_id`",
+        "not in the ledger",
+        "exceeds",
+    ] {
+        assert_eq!(
+            said.iter().filter(|r| r.contains(expected)).count(),
+            1,
+            "one ledger dead letter says {expected:?}: {said:?}"
+        );
+    }
+    let big = ledger
+        .iter()
+        .find(|d| d.reason.contains("exceeds"))
+        .unwrap();
+    assert!(big.body_truncated);
+    let named = ledger
+        .iter()
+        .find(|d| d.reason.contains("not in the ledger"))
+        .unwrap();
+    assert!(named.event_id.is_some() && named.node_id == r.opts.node_id);
 }
 
 #[actix_rt::test]
