@@ -225,9 +225,22 @@ async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
         form.contains("value=\"/nodes\""),
         "the form keeps where to go: {form}"
     );
-    // An off-site `next` is not followed.
-    let (_, evil) = get(base, "", "/login?next=//evil.example/x").await;
-    assert!(!evil.contains("evil.example"), "{evil}");
+    // An off-site `next` is not followed, nor one a browser would turn into one (it drops tabs).
+    for next in [
+        "//evil.example/x",
+        "/%09/evil.example",
+        "/%0a/evil.example",
+        "/\\evil.example",
+    ] {
+        let (_, page) = get(base, "", &format!("/login?next={next}")).await;
+        assert!(!page.contains("evil.example"), "{next}: {page}");
+    }
+    let r = client()
+        .post(format!("{base}/login"))
+        .send_form(&[("token", TOKEN), ("next", "/\t/evil.example")])
+        .await
+        .unwrap();
+    assert_eq!(header(&r, "location"), "/", "a tab in next");
 
     // A wrong token: 401, the form again, no cookie.
     let mut r = client()
@@ -758,6 +771,39 @@ async fn without_a_token_the_console_opens_a_session_itself_and_still_checks_for
         .await
         .unwrap();
     assert_eq!(r.status(), 403, "a cross-site form carries no session");
+    // A page that rebound its own name to 127.0.0.1 (DNS rebinding) reaches this node with its
+    // own Host: refused, pages, forms and the API alike, even with a valid session, and
+    // whatever X-Forwarded-Host its script adds.
+    let port = base.rsplit(':').next().unwrap();
+    for path in [
+        "/".to_owned(),
+        format!("/firms/{firm}/matters/{matter}"),
+        format!("/api/firms/{firm}/matters/{matter}"),
+    ] {
+        let r = client()
+            .get(format!("{base}{path}"))
+            .insert_header(("host", format!("evil.example:{port}")))
+            .insert_header(("x-forwarded-host", format!("127.0.0.1:{port}")))
+            .insert_header(("cookie", cookie.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            matches!(r.status().as_u16(), 401 | 421),
+            "{path}: {}",
+            r.status()
+        );
+    }
+    let r = client()
+        .post(&rebuild)
+        .insert_header(("host", format!("evil.example:{port}")))
+        .insert_header(("cookie", cookie.clone()))
+        .send_form(&[("csrf", csrf.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 421, "a rebound form");
+    let (status, _) = get(base, &cookie, "/").await;
+    assert_eq!(status, 200, "127.0.0.1 itself is served");
     let r = client()
         .post(&rebuild)
         .insert_header(("cookie", cookie))

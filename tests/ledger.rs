@@ -1409,6 +1409,34 @@ async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
     );
 }
 
+/// The console calls a matter `running` only while its claim's deadline holds: a claim whose
+/// node died shows as failed (the sweep is about to record it so), never as a build in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_past_its_deadline_is_not_shown_as_running() {
+    use briefrail::ledger::console::{MatterState, state_of};
+    let db = TestDb::new(2).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Crashed v. Node")
+        .await
+        .unwrap();
+    let _held = t::claim(&mut c, &req(firm, matter, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        state_of(&mut c, firm, matter, 5).await.unwrap(),
+        Some(MatterState::Running)
+    );
+    db.advance_ledger_clock(Duration::from_secs(31))
+        .await
+        .unwrap();
+    assert_eq!(
+        state_of(&mut c, firm, matter, 5).await.unwrap(),
+        Some(MatterState::Failed)
+    );
+}
+
 /// A clean shutdown's hand-back is not a failure: the run is `released`, the row `idle` with its
 /// demand still unserved (so the next claim serves it, no backoff, no retry spent), and the
 /// matter is counted neither in `briefrail_matters_failed` nor as failed by the console.

@@ -1,4 +1,3 @@
-DROP INDEX IF EXISTS record.matters_title_lower;
 DROP TABLE IF EXISTS ops.console_sessions;
 DROP TABLE IF EXISTS ops.dead_letters;
 DROP TABLE IF EXISTS ops.nodes;
@@ -26,4 +25,4 @@ $$;
 UPDATE ops.matter_frame_runs SET outcome = 'failed' WHERE outcome = 'released';
 ALTER TABLE ops.matter_frame_runs DROP CONSTRAINT matter_frame_runs_outcome_check;
 ALTER TABLE ops.matter_frame_runs ADD CONSTRAINT matter_frame_runs_outcome_check
-    CHECK (outcome IN ('running', 'landed', 'fenced', 'failed', 'lease_expired'));
+    CHECK (outcome IN ('running', 'landed', 'fenced', 'failed', 'lease_expired')) NOT VALID;

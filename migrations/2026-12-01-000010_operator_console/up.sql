@@ -1,8 +1,11 @@
 -- The operator console. THIS FILE IS THE LIVE HOME OF: ops.release_claim
 -- (docs/protocol.md, "release" and "What an operator sees"). Expand only: two new tables, one
 -- new run outcome, and ops.release_claim redefined with the same signature, so a node of the
--- previous release keeps working across it (README, "Upgrading"; such a node's release still
--- writes 'failed', and its `status` cannot decode a 'released' run until it is upgraded).
+-- previous release keeps working across it (README, "Upgrading": the function is the
+-- database's, so such a node's hand-backs are 'released' too, which its own `status` and matter
+-- API cannot decode until it is upgraded; its serving never reads them). Nothing here scans or
+-- long-locks a table the rail writes: the new CHECK is NOT VALID (every existing row holds a
+-- value it allows; new rows are checked), so the ACCESS EXCLUSIVE lock it needs is brief.
 
 -- A run handed back by a clean shutdown did not fail: it is 'released', and its matter goes
 -- back to 'idle' (not 'failed'), so it is neither shown in red nor counted in
@@ -10,7 +13,7 @@
 -- backoff, no retry spent), exactly as before.
 ALTER TABLE ops.matter_frame_runs DROP CONSTRAINT IF EXISTS matter_frame_runs_outcome_check;
 ALTER TABLE ops.matter_frame_runs ADD CONSTRAINT matter_frame_runs_outcome_check
-    CHECK (outcome IN ('running', 'landed', 'fenced', 'failed', 'lease_expired', 'released'));
+    CHECK (outcome IN ('running', 'landed', 'fenced', 'failed', 'lease_expired', 'released')) NOT VALID;
 
 CREATE OR REPLACE FUNCTION ops.release_claim(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid,
                                   p_reason text)
@@ -79,6 +82,3 @@ CREATE TABLE IF NOT EXISTS ops.console_sessions (
     expires_at  timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS console_sessions_expiry ON ops.console_sessions (expires_at);
-
--- The console's matter search (title, case-insensitive substring).
-CREATE INDEX IF NOT EXISTS matters_title_lower ON record.matters (firm_id, lower(title));

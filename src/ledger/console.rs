@@ -89,11 +89,13 @@ impl std::str::FromStr for MatterState {
 }
 
 /// The state of `m` (record.matters) and `j` (its job row, LEFT JOINed), given
-/// `retry.max_attempts` as `$1`. The one definition; see [`MatterState`].
+/// `retry.max_attempts` as `$1`. The one definition; see [`MatterState`]. A claim whose lease
+/// has passed (its node died) is `failed`: the sweep is about to record it so.
 pub const STATE_SQL: &str = "CASE
       WHEN m.archived_at IS NOT NULL THEN 'archived'
       WHEN j.firm_id IS NULL THEN 'unserved'
-      WHEN j.run_status = 'running' THEN 'running'
+      WHEN j.run_status = 'running' AND j.lease_expires_at >= ops.now() THEN 'running'
+      WHEN j.run_status = 'running' THEN 'failed'
       WHEN j.landed_generation >= j.requested_generation THEN 'fresh'
       WHEN j.run_status = 'failed' AND j.consecutive_failures >= $1 THEN 'retries_exhausted'
       WHEN j.run_status = 'failed' THEN 'failed'
@@ -233,7 +235,9 @@ impl MatterListing {
 /// `%` and `_` in a search are letters, not wildcards.
 fn like_pattern(text: &str) -> String {
     let mut p = String::from("%");
-    for c in text.trim().to_lowercase().chars() {
+    // Lowercased by Postgres (`lower($3)`), as the titles are: Rust's lowercase differs for
+    // some letters.
+    for c in text.trim().chars() {
         if matches!(c, '%' | '_' | '\\') {
             p.push('\\');
         }
@@ -265,7 +269,7 @@ pub async fn search(
              FROM record.matters m
              LEFT JOIN ops.matter_frame_jobs j USING (firm_id, matter_id)
             WHERE ($2::uuid IS NULL OR m.firm_id = $2)
-              AND ($3::text IS NULL OR lower(m.title) LIKE $3)
+              AND ($3::text IS NULL OR lower(m.title) LIKE lower($3))
          ) s
          WHERE ($4::text IS NULL OR s.state_text = $4)
          ORDER BY lower(s.title), s.firm_id, s.matter_id
@@ -389,9 +393,11 @@ pub async fn events_of(
 }
 
 /// **retry** a matter whose retries ran out (or that is failing): one transaction that checks
-/// its state, under the row's lock, and records `brief.requested`, a new demand that restarts
-/// its retries (`ops.demand` sets `consecutive_failures = 0`). Refused (a conflict naming the
-/// state) for a matter with nothing to retry; an unknown matter is not found.
+/// its state, under the row's lock (so the check sees no claim landing meanwhile), and records
+/// `brief.requested`, a new demand that restarts its retries when the trigger consumes it
+/// (`ops.demand` sets `consecutive_failures = 0`). Two retries pressed at once both record a
+/// demand (harmless: demands coalesce). Refused (a conflict naming the state) for a matter with
+/// nothing to retry; an unknown matter is not found.
 pub async fn retry(
     conn: &mut AsyncPgConnection,
     firm_id: Uuid,

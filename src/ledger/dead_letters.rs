@@ -108,6 +108,8 @@ pub async fn list(
     .await?;
     for r in &mut rows {
         r.body_text = printable(&r.body_text);
+        r.reason = printable(&r.reason);
+        r.routing_key = printable(&r.routing_key);
     }
     Ok(rows)
 }

@@ -39,7 +39,7 @@ impl Viewer {
 pub fn bearer_ok(req: &HttpRequest, state: &HttpState) -> bool {
     let token = state.settings.http.token.trim();
     if token.is_empty() {
-        return true;
+        return loopback_host(req);
     }
     req.headers()
         .get(header::AUTHORIZATION)
@@ -92,6 +92,9 @@ pub async fn viewer(
     req: &HttpRequest,
     state: &HttpState,
 ) -> std::result::Result<Viewer, HttpResponse> {
+    if state.settings.http.token.trim().is_empty() && !loopback_host(req) {
+        return Err(foreign_host());
+    }
     let found = match cookie_session(req) {
         Some(id) => find(state, &id)
             .await
@@ -152,7 +155,7 @@ pub async fn check_form(
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
     {
-        let host = req.connection_info().host().to_owned();
+        let host = raw_host(req);
         let same = origin
             .split_once("://")
             .is_some_and(|(_, rest)| rest.trim_end_matches('/') == host);
@@ -161,6 +164,9 @@ pub async fn check_form(
                 "this form came from another site (Origin does not match)",
             ));
         }
+    }
+    if state.settings.http.token.trim().is_empty() && !loopback_host(req) {
+        return Err(foreign_host());
     }
     if let Some(id) = cookie_session(req) {
         let session = find(state, &id)
@@ -206,11 +212,51 @@ async fn find(state: &HttpState, id: &str) -> Result<Option<Session>> {
 }
 
 /// A `next` target that stays on this site: a path, never `//host` or a scheme.
+/// Only printable ASCII: a browser drops tabs and newlines from a URL, so `/\t/evil.example`
+/// would otherwise become `//evil.example` after the checks.
 pub fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n)
+            if n.bytes().all(|b| (0x21..=0x7e).contains(&b))
+                && n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\') =>
+        {
+            n.to_owned()
+        }
         _ => "/".to_owned(),
     }
+}
+
+/// Whether the request names this node by a loopback name (`localhost`, `127.0.0.1`, `[::1]`,
+/// any port). A node without a token listens on loopback only, but a web page the operator
+/// visits can rebind its own name to 127.0.0.1 and then read the console as same-origin: such
+/// a request carries the page's own host name, and is refused.
+pub fn loopback_host(req: &HttpRequest) -> bool {
+    let host = raw_host(req).to_ascii_lowercase();
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h),
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost")
+}
+
+/// The `Host` the browser sent (a header a page's script cannot set), never
+/// `X-Forwarded-Host` or `Forwarded`, which it can.
+fn raw_host(req: &HttpRequest) -> String {
+    req.headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default()
+}
+
+/// 421 for a request whose `Host` is not a loopback name on a node without a token.
+pub fn foreign_host() -> HttpResponse {
+    HttpResponse::MisdirectedRequest()
+        .content_type("text/plain; charset=utf-8")
+        .body("421: this node has no http.token, so it answers only to a loopback host name (localhost, 127.0.0.1, [::1])\n")
 }
 
 /// Percent-encodes everything but unreserved characters and `/`.

@@ -288,7 +288,8 @@ pub async fn matters(
             Err(_) => return failure(&Error::InvalidInput(format!("firm {f:?} is not a UUID"))),
         },
     };
-    let page_no = q.page.unwrap_or(1).max(1);
+    // Clamped: a huge `?page=` must not overflow the offset.
+    let page_no = q.page.unwrap_or(1).clamp(1, 1_000_000);
     let text = q.q.clone().unwrap_or_default();
     let result = async {
         let mut c = conn(&state).await?;
