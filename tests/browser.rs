@@ -11,16 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use briefrail::builders::brief::BriefBuilder;
-use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::{Settings, TransportKind};
-use briefrail::ledger::{Frame, facts};
+use briefrail::ledger::facts;
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use chrono::NaiveDate;
-use futures_util::FutureExt;
-use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -28,27 +24,6 @@ const TOKEN: &str = "browser-admin-token";
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-/// Fails "Poisoned…" matters permanently while the flag is set.
-struct Flaky(Arc<AtomicBool>);
-
-impl Builder for Flaky {
-    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
-        async move {
-            let (matter, _) = ctx.record().await?;
-            if self.0.load(Ordering::SeqCst)
-                && matter.is_some_and(|m| m.title.starts_with("Poisoned"))
-            {
-                return Err(briefrail::Error::Build {
-                    message: "the model panel refused the record".into(),
-                    permanent: true,
-                });
-            }
-            BriefBuilder.build(ctx).await
-        }
-        .boxed_local()
-    }
-}
 
 /// chromedriver on a port of its own, killed when dropped.
 struct Driver {
@@ -347,12 +322,17 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     s.sweeper.interval_seconds = 0.2;
     s.node.id = "node-a".into();
     let poisoned = Arc::new(AtomicBool::new(true));
-    let node = Node::builder(Arc::new(s), Arc::new(Flaky(poisoned.clone())))
-        .pool(db.pool.clone())
-        .surface(briefrail::surface::http::admin())
-        .start()
-        .await
-        .unwrap();
+    let node = Node::builder(
+        Arc::new(s),
+        Arc::new(common::flaky::Flaky {
+            poisoned: poisoned.clone(),
+        }),
+    )
+    .pool(db.pool.clone())
+    .surface(briefrail::surface::http::admin())
+    .start()
+    .await
+    .unwrap();
     let base = format!("http://{}", node.surface_addr().unwrap());
     let firm = Uuid::new_v4();
     let acme = matter(

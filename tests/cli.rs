@@ -2,31 +2,13 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
+
+use common::shell::{briefrail, ok};
 
 use briefrail::db::admin;
 use briefrail::testing::{TestDb, server_url};
 use uuid::Uuid;
-
-fn briefrail(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_briefrail"))
-        .args(args)
-        .env("BRIEFRAIL__DATABASE__URL", db_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run briefrail")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[tokio::test]
 async fn migrate_creates_the_database_and_is_idempotent() {

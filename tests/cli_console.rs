@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,38 +14,8 @@ use briefrail::ledger::{dead_letters, facts};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
+use common::shell::{briefrail, fails, ok};
 use uuid::Uuid;
-
-fn briefrail(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_briefrail"))
-        .args(args)
-        .env("BRIEFRAIL__DATABASE__URL", db_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run briefrail")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(out: &Output, code: i32) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 #[actix_rt::test]
 async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell() {

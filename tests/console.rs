@@ -10,44 +10,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use briefrail::builders::brief::BriefBuilder;
-use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::console::MatterState;
-use briefrail::ledger::{Frame, dead_letters, facts, reads};
+use briefrail::ledger::{dead_letters, facts, reads};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use chrono::NaiveDate;
 use common::eventually;
-use futures_util::FutureExt;
-use futures_util::future::LocalBoxFuture;
 use uuid::Uuid;
 
 const TOKEN: &str = "console-admin-token";
-
-/// The Brief builder, except that a matter whose title starts with "Poisoned" fails
-/// permanently while `poisoned` is set (a builder bug an operator fixes, then retries).
-struct Flaky {
-    poisoned: Arc<AtomicBool>,
-}
-
-impl Builder for Flaky {
-    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
-        async move {
-            let (matter, _) = ctx.record().await?;
-            if self.poisoned.load(Ordering::SeqCst)
-                && matter.is_some_and(|m| m.title.starts_with("Poisoned"))
-            {
-                return Err(briefrail::Error::Build {
-                    message: "model panel rejected the record: <b>bad</b> input".into(),
-                    permanent: true,
-                });
-            }
-            BriefBuilder.build(ctx).await
-        }
-        .boxed_local()
-    }
-}
 
 struct Console {
     db: TestDb,
@@ -71,7 +44,7 @@ async fn console(token: &str) -> Console {
     let poisoned = Arc::new(AtomicBool::new(true));
     let node = Node::builder(
         Arc::new(s),
-        Arc::new(Flaky {
+        Arc::new(common::flaky::Flaky {
             poisoned: poisoned.clone(),
         }),
     )

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use briefrail::testing::TestDb;
 
 pub mod cluster;
+pub mod flaky;
 pub mod mutations;
+pub mod shell;
 
 /// A `briefrail run` child process; killed (SIGKILL) when dropped, also if the test panics.
 pub struct NodeProcess {
