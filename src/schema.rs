@@ -3,8 +3,8 @@
 
 pub mod ops {
     diesel::table! {
-        ops.console_sessions (session_id) {
-            session_id -> Text,
+        ops.console_sessions (session_hash) {
+            session_hash -> Bytea,
             csrf_token -> Text,
             created_at -> Timestamptz,
             expires_at -> Timestamptz,

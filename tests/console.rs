@@ -305,7 +305,20 @@ async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
         .unwrap();
     assert_eq!(r.status(), 303);
     let to = header(&r, "location");
-    assert!(to.contains("notice=Rebuild%20requested"), "{to}");
+    assert!(to.contains("notice=rebuild-requested&ref="), "{to}");
+    let (_, page) = get(base, &cookie, &to).await;
+    assert!(page.contains("Rebuild requested (event "), "{page}");
+    // A notice is a code, never text from the link: a crafted one says nothing.
+    let (_, page) = get(
+        base,
+        &cookie,
+        &format!("/firms/{firm}/matters/{matter}?notice=Call%20support%20at%20evil.example"),
+    )
+    .await;
+    assert!(
+        !page.contains("evil.example") && !page.contains("class=\"notice\""),
+        "{page}"
+    );
     assert_eq!(count_events(&c.db, matter).await, events_before + 1);
 
     // 405 with Allow for a wrong method; 413 past the body limit.
@@ -471,7 +484,7 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
         .unwrap();
     assert_eq!(r.status(), 303);
     let to = header(&r, "location");
-    assert!(to.contains("notice=Retry%20recorded"), "{to}");
+    assert!(to.contains("notice=retry-recorded&ref="), "{to}");
     wait_state(&c.db, firm, poisoned, MatterState::Fresh).await;
     let (_, page) = get(base, &cookie, &to).await;
     assert!(
@@ -495,7 +508,7 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
         .send_form(&[("csrf", csrf.as_str())])
         .await
         .unwrap();
-    assert!(header(&r, "location").contains("nothing%20to%20retry"));
+    assert!(header(&r, "location").contains("notice=nothing-to-retry"));
     assert_eq!(count_events(&c.db, acme).await, before);
 
     // Search by title, case-insensitive; `%` is a letter; pages of 50 with a next link.
@@ -615,10 +628,10 @@ async fn dead_letters_are_listed_replayed_and_discarded() {
     };
     // Replayed: applied through the inbox (the event is real), resolved.
     let to = post(format!("{base}/dead-letters/{replayable}/replay")).await;
-    assert!(to.contains("Replayed"), "{to}");
+    assert!(to.contains("notice=replayed&ref="), "{to}");
     // The malformed one, replayed: refused again, still open, counted.
     let to = post(format!("{base}/dead-letters/{malformed}/replay")).await;
-    assert!(to.contains("refused%20again"), "{to}");
+    assert!(to.contains("notice=refused-again&ref="), "{to}");
     let mut conn = c.db.pool.get().await.unwrap();
     let open = dead_letters::list(&mut conn, false, 10).await.unwrap();
     assert_eq!(open.len(), 1);
@@ -639,7 +652,12 @@ async fn dead_letters_are_listed_replayed_and_discarded() {
     let all = dead_letters::list(&mut conn, true, 10).await.unwrap();
     assert_eq!(all.len(), 2);
     let to = post(format!("{base}/dead-letters/{malformed}/discard")).await;
-    assert!(to.contains("already%20resolved"), "{to}");
+    assert!(to.contains("notice=already-resolved&ref="), "{to}");
+    let (_, page) = get(base, &cookie, &to).await;
+    assert!(
+        page.contains(&format!("Dead letter {malformed} is already resolved.")),
+        "{page}"
+    );
     let (_, page) = get(base, &cookie, "/dead-letters?all=1").await;
     assert!(
         page.contains("discarded") && page.contains("replayed"),

@@ -72,13 +72,14 @@ CREATE TABLE IF NOT EXISTS ops.dead_letters (
 CREATE INDEX IF NOT EXISTS dead_letters_open ON ops.dead_letters (refused_at DESC) WHERE resolved_at IS NULL;
 
 -- Console sessions: a browser cannot send a bearer header, so `POST /login` with the admin
--- token opens one; the cookie holds session_id, every state-changing form carries csrf_token.
--- In the ledger, so any node behind a load balancer knows the session and logout revokes it
--- everywhere. Expiry is the ledger clock's.
+-- token opens one; the cookie holds the session id, every state-changing form carries
+-- csrf_token. In the ledger, so any node behind a load balancer knows the session and logout
+-- revokes it everywhere. Expiry is the ledger clock's. Only the id's SHA-256 is stored: a copy
+-- of the database (a backup, a replica) opens no session.
 CREATE TABLE IF NOT EXISTS ops.console_sessions (
-    session_id  text        PRIMARY KEY,
-    csrf_token  text        NOT NULL,
-    created_at  timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL
+    session_hash bytea       PRIMARY KEY,
+    csrf_token   text        NOT NULL,
+    created_at   timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS console_sessions_expiry ON ops.console_sessions (expires_at);

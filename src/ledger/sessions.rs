@@ -3,7 +3,9 @@
 //! session id, and every form that changes state carries the session's CSRF token.
 //!
 //! Sessions live in the ledger, not in one process: any node behind a load balancer knows a
-//! session, logout revokes it on every node at once, and expiry is the ledger clock's.
+//! session, logout revokes it on every node at once, and expiry is the ledger clock's. The
+//! ledger keeps only the SHA-256 of a session id (Postgres's own `sha256`), so a copy of the
+//! database opens no session.
 
 use diesel::sql_types::{Double, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -35,8 +37,8 @@ pub async fn open(conn: &mut AsyncPgConnection, ttl_seconds: f64) -> Result<Sess
     };
     diesel::sql_query(
         "WITH expired AS (DELETE FROM ops.console_sessions WHERE expires_at < ops.now())
-         INSERT INTO ops.console_sessions (session_id, csrf_token, created_at, expires_at)
-         VALUES ($1, $2, ops.now(), ops.now() + make_interval(secs => $3))",
+         INSERT INTO ops.console_sessions (session_hash, csrf_token, created_at, expires_at)
+         VALUES (sha256(convert_to($1, 'UTF8')), $2, ops.now(), ops.now() + make_interval(secs => $3))",
     )
     .bind::<Text, _>(&s.session_id)
     .bind::<Text, _>(&s.csrf_token)
@@ -54,7 +56,8 @@ pub async fn find(conn: &mut AsyncPgConnection, session_id: &str) -> Result<Opti
         csrf_token: String,
     }
     let rows: Vec<Row> = diesel::sql_query(
-        "SELECT csrf_token FROM ops.console_sessions WHERE session_id = $1 AND expires_at > ops.now()",
+        "SELECT csrf_token FROM ops.console_sessions
+          WHERE session_hash = sha256(convert_to($1, 'UTF8')) AND expires_at > ops.now()",
     )
     .bind::<Text, _>(session_id)
     .load(conn)
@@ -67,9 +70,11 @@ pub async fn find(conn: &mut AsyncPgConnection, session_id: &str) -> Result<Opti
 
 /// **close** (logout): the session is gone on every node.
 pub async fn close(conn: &mut AsyncPgConnection, session_id: &str) -> Result<()> {
-    diesel::sql_query("DELETE FROM ops.console_sessions WHERE session_id = $1")
-        .bind::<Text, _>(session_id)
-        .execute(conn)
-        .await?;
+    diesel::sql_query(
+        "DELETE FROM ops.console_sessions WHERE session_hash = sha256(convert_to($1, 'UTF8'))",
+    )
+    .bind::<Text, _>(session_id)
+    .execute(conn)
+    .await?;
     Ok(())
 }

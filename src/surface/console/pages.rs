@@ -405,6 +405,8 @@ struct MatterPage {
 #[derive(Deserialize)]
 pub struct NoticeQuery {
     notice: Option<String>,
+    #[serde(rename = "ref")]
+    reference: Option<String>,
 }
 
 pub async fn matter(
@@ -457,7 +459,12 @@ pub async fn matter(
         });
     let title = record.title.clone();
     let t = MatterPage {
-        chrome: Chrome::new(&state, &viewer, "matters", query.notice.as_deref()),
+        chrome: Chrome::new(
+            &state,
+            &viewer,
+            "matters",
+            Notice::text(query.notice.as_deref(), query.reference.as_deref()).as_deref(),
+        ),
         firm_id: firm.to_string(),
         matter_id: matter.to_string(),
         state: st.as_str(),
@@ -539,19 +546,15 @@ pub async fn matter_action(
         Ok(event) => {
             tracing::info!(%firm, %matter, %event, action, "console: demand recorded");
             match action {
-                "retry" => format!(
-                    "Retry recorded (event {event}): its retries start again and a build follows."
-                ),
-                _ => format!("Rebuild requested (event {event}): a build follows."),
+                "retry" => Notice::RetryRecorded.with(event),
+                _ => Notice::RebuildRequested.with(event),
             }
         }
-        Err(e @ (Error::Conflict(_) | Error::NotFound(_))) => e.to_string(),
+        Err(Error::Conflict(_)) => Notice::NothingToRetry.with(matter),
+        Err(Error::NotFound(_)) => Notice::NotFound.with(matter),
         Err(e) => return failure(&e),
     };
-    redirect(&format!(
-        "/firms/{firm}/matters/{matter}?notice={}",
-        auth::percent(&notice)
-    ))
+    redirect(&format!("/firms/{firm}/matters/{matter}?{notice}"))
 }
 
 pub fn redirect(to: &str) -> HttpResponse {
@@ -588,6 +591,8 @@ struct DeadLettersPage {
 pub struct DeadQuery {
     all: Option<String>,
     notice: Option<String>,
+    #[serde(rename = "ref")]
+    reference: Option<String>,
 }
 
 pub async fn dead_letters_page(
@@ -610,7 +615,12 @@ pub async fn dead_letters_page(
         Err(e) => return failure(&e),
     };
     let t = DeadLettersPage {
-        chrome: Chrome::new(&state, &viewer, "dead-letters", query.notice.as_deref()),
+        chrome: Chrome::new(
+            &state,
+            &viewer,
+            "dead-letters",
+            Notice::text(query.notice.as_deref(), query.reference.as_deref()).as_deref(),
+        ),
         all,
         postgres_transport: state.settings.transport.kind == crate::config::TransportKind::Postgres,
         rows: rows
@@ -660,14 +670,12 @@ pub async fn dead_letter_action(
         let mut c = conn(&state).await?;
         match path.1.as_str() {
             "replay" => dead_letters::replay(&mut c, id).await.map(|r| match r {
-                dead_letters::Replayed::Applied { what } => format!("Replayed {id}: {what}."),
-                dead_letters::Replayed::RefusedAgain { reason } => {
-                    format!("Replayed {id}: refused again ({reason}); it stays here.")
-                }
+                dead_letters::Replayed::Applied { .. } => Notice::Replayed,
+                dead_letters::Replayed::RefusedAgain { .. } => Notice::RefusedAgain,
             }),
             "discard" => dead_letters::discard(&mut c, id)
                 .await
-                .map(|()| format!("Discarded {id}.")),
+                .map(|()| Notice::Discarded),
             other => Err(Error::NotFound(format!("no action {other:?}"))),
         }
     }
@@ -675,12 +683,77 @@ pub async fn dead_letter_action(
     let notice = match result {
         Ok(n) => {
             tracing::info!(dead_letter_id = %id, action = %path.1, "console: dead letter handled");
-            n
+            n.with(id)
         }
-        Err(e @ (Error::Conflict(_) | Error::NotFound(_))) => e.to_string(),
+        Err(Error::Conflict(_)) => Notice::AlreadyResolved.with(id),
+        Err(Error::NotFound(_)) => Notice::NotFound.with(id),
         Err(e) => return failure(&e),
     };
-    redirect(&format!("/dead-letters?notice={}", auth::percent(&notice)))
+    redirect(&format!("/dead-letters?{notice}"))
+}
+
+/// What an action's redirect tells the page to say: a code and the id it concerns, never text
+/// from the link (a crafted link cannot put words in the console's mouth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    RetryRecorded,
+    RebuildRequested,
+    NothingToRetry,
+    Replayed,
+    RefusedAgain,
+    Discarded,
+    AlreadyResolved,
+    NotFound,
+}
+
+impl Notice {
+    const ALL: &'static [(Notice, &'static str)] = &[
+        (Notice::RetryRecorded, "retry-recorded"),
+        (Notice::RebuildRequested, "rebuild-requested"),
+        (Notice::NothingToRetry, "nothing-to-retry"),
+        (Notice::Replayed, "replayed"),
+        (Notice::RefusedAgain, "refused-again"),
+        (Notice::Discarded, "discarded"),
+        (Notice::AlreadyResolved, "already-resolved"),
+        (Notice::NotFound, "not-found"),
+    ];
+
+    fn code(self) -> &'static str {
+        Notice::ALL
+            .iter()
+            .find(|(n, _)| *n == self)
+            .map_or("", |(_, c)| c)
+    }
+
+    /// The query string of a redirect: `notice=CODE&ref=UUID`.
+    fn with(self, id: Uuid) -> String {
+        format!("notice={}&ref={id}", self.code())
+    }
+
+    /// The sentence for a code and its id; `None` for anything else.
+    pub fn text(code: Option<&str>, id: Option<&str>) -> Option<String> {
+        let (n, _) = Notice::ALL.iter().find(|(_, c)| Some(*c) == code)?;
+        let id = id
+            .and_then(|i| Uuid::parse_str(i).ok())
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "-".into());
+        Some(match n {
+            Notice::RetryRecorded => {
+                format!("Retry recorded (event {id}): its retries start again and a build follows.")
+            }
+            Notice::RebuildRequested => format!("Rebuild requested (event {id}): a build follows."),
+            Notice::NothingToRetry => {
+                "Nothing to retry: this matter is not failing (ask for a rebuild instead).".into()
+            }
+            Notice::Replayed => format!("Replayed {id}: the inbox accepted it."),
+            Notice::RefusedAgain => {
+                format!("Replayed {id}: refused again; it stays here with the new reason.")
+            }
+            Notice::Discarded => format!("Discarded {id}."),
+            Notice::AlreadyResolved => format!("Dead letter {id} is already resolved."),
+            Notice::NotFound => format!("{id}: not found."),
+        })
+    }
 }
 
 // ----------------------------------------------------------------------------- nodes
