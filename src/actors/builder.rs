@@ -410,10 +410,8 @@ async fn warn_if_exhausted(env: &BuildEnv, claim: &Claim) {
             tracing::warn!(
                 firm_id = %claim.firm_id, matter_id = %claim.matter_id, token = claim.token,
                 failures = job.consecutive_failures, max_attempts = max,
-                "retries exhausted: nothing rebuilds this matter until a new demand; fix the cause \
-                 the run's error names, then run `briefrail matter retry --firm {} --matter {}` \
-                 (or press Retry on its console page)",
-                claim.firm_id, claim.matter_id
+                "{}",
+                crate::ledger::console::exhausted_advice(claim.firm_id, claim.matter_id, max)
             );
         }
     }

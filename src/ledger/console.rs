@@ -102,6 +102,15 @@ pub const STATE_SQL: &str = "CASE
       ELSE 'unserved'
     END";
 
+/// What to do about a matter out of retries (`status` and the node's log say these words; the matter's page the same in HTML).
+pub fn exhausted_advice(firm: Uuid, matter: Uuid, max_attempts: u32) -> String {
+    format!(
+        "retries exhausted: the last {max_attempts} builds failed in a row (retry.max_attempts), so \
+         nothing rebuilds this matter until a new demand; fix the cause the last run names, then \
+         run `briefrail matter retry --firm {firm} --matter {matter}` (or press Retry in the console)"
+    )
+}
+
 /// The overview's figures, from the ledger.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Overview {

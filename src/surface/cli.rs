@@ -501,7 +501,7 @@ async fn status(
         if state == console::MatterState::RetriesExhausted {
             println!(
                 "{}",
-                operator::exhausted_advice(matter.firm, matter.matter, max_attempts)
+                console::exhausted_advice(matter.firm, matter.matter, max_attempts)
             );
         }
         print!("{}", render_status(&status));

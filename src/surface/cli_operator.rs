@@ -4,7 +4,6 @@
 //! or JSON.
 
 use diesel_async::AsyncPgConnection;
-use uuid::Uuid;
 
 use super::{DeadLettersCommand, MatterArgs};
 use crate::error::{Error, Result};
@@ -15,15 +14,6 @@ fn print_json(v: &impl serde::Serialize) -> Result<()> {
         .map_err(|e| Error::internal_from("serialising the output", e))?;
     println!("{text}");
     Ok(())
-}
-
-/// What to do about a matter out of retries (the page, `status` and the log say the same).
-pub fn exhausted_advice(firm: Uuid, matter: Uuid, max_attempts: u32) -> String {
-    format!(
-        "retries exhausted: the last {max_attempts} builds failed in a row (retry.max_attempts), so \
-         nothing rebuilds this matter until a new demand; fix the cause the last run names, then \
-         run `briefrail matter retry --firm {firm} --matter {matter}` (or press Retry in the console)"
-    )
 }
 
 /// `matter list`.

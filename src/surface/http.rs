@@ -155,16 +155,22 @@ pub fn unauthorized() -> HttpResponse {
         .json(json!({"error": "missing or wrong bearer token"}))
 }
 
-fn error_response(e: &Error) -> HttpResponse {
+/// The status of an error, by its kind; `input` is what bad input answers (422 for the JSON
+/// API, 400 for a page).
+pub fn status_of(e: &Error, input: StatusCode) -> StatusCode {
     use crate::error::ErrorKind;
-    let status = match (e, e.kind()) {
+    match (e, e.kind()) {
         (Error::NotFound(_), _) => StatusCode::NOT_FOUND,
-        (_, ErrorKind::Input) => StatusCode::UNPROCESSABLE_ENTITY,
+        (_, ErrorKind::Input) => input,
         (_, ErrorKind::Conflict) => StatusCode::CONFLICT,
         (_, ErrorKind::Transient) => StatusCode::SERVICE_UNAVAILABLE,
         (_, ErrorKind::Internal) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    HttpResponse::build(status).json(json!({"error": crate::secret::redact_urls(&e.to_string())}))
+    }
+}
+
+fn error_response(e: &Error) -> HttpResponse {
+    HttpResponse::build(status_of(e, StatusCode::UNPROCESSABLE_ENTITY))
+        .json(json!({"error": crate::secret::redact_urls(&e.to_string())}))
 }
 
 /// The bearer token, then the path's ids: what every `/api` handler checks first.

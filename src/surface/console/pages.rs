@@ -51,14 +51,7 @@ impl Chrome {
 
 /// A failure as a page: the error's text (URLs redacted) and its status.
 pub fn failure(e: &Error) -> HttpResponse {
-    use crate::error::ErrorKind;
-    let status = match (e, e.kind()) {
-        (Error::NotFound(_), _) => actix_web::http::StatusCode::NOT_FOUND,
-        (_, ErrorKind::Input) => actix_web::http::StatusCode::BAD_REQUEST,
-        (_, ErrorKind::Conflict) => actix_web::http::StatusCode::CONFLICT,
-        (_, ErrorKind::Transient) => actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-        (_, ErrorKind::Internal) => actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = crate::surface::http::status_of(e, actix_web::http::StatusCode::BAD_REQUEST);
     HttpResponse::build(status)
         .content_type("text/plain; charset=utf-8")
         .body(format!("{}\n", crate::secret::redact_urls(&e.to_string())))
