@@ -89,10 +89,15 @@ pub async fn advance_ledger_clock(
     by: std::time::Duration,
 ) -> Result<()> {
     use diesel_async::RunQueryDsl;
+    // The ledger reads the offset once per transaction (`ops.clock_offset`): the new one is
+    // also this transaction's from now on.
     diesel::sql_query(
-        "INSERT INTO ops.ledger_clock (offset_seconds) VALUES ($1)
-         ON CONFLICT (only_row)
-         DO UPDATE SET offset_seconds = ops.ledger_clock.offset_seconds + EXCLUDED.offset_seconds",
+        "WITH moved AS (
+             INSERT INTO ops.ledger_clock (offset_seconds) VALUES ($1)
+             ON CONFLICT (only_row)
+             DO UPDATE SET offset_seconds = ops.ledger_clock.offset_seconds + EXCLUDED.offset_seconds
+             RETURNING offset_seconds)
+         SELECT set_config('briefrail.clock_offset', offset_seconds::text, true) FROM moved",
     )
     .bind::<diesel::sql_types::Double, _>(by.as_secs_f64())
     .execute(conn)

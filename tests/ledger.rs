@@ -1745,3 +1745,43 @@ async fn a_claim_late_in_a_long_transaction_is_not_born_expired() {
         claim.token
     );
 }
+
+/// The ledger clock's offset is read once per transaction (`ops.clock_offset`, migration
+/// 000011): a connection that already read it sees a moved clock in its next transaction, and
+/// a transaction under way keeps the offset it first read.
+#[tokio::test]
+async fn a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connection() {
+    use diesel::sql_types::Double;
+    #[derive(diesel::QueryableByName)]
+    struct Ahead {
+        #[diesel(sql_type = Double)]
+        s: f64,
+    }
+    async fn ahead(c: &mut diesel_async::AsyncPgConnection) -> f64 {
+        diesel::sql_query("SELECT extract(epoch FROM ops.now() - now())::float8 AS s")
+            .get_result::<Ahead>(c)
+            .await
+            .expect("read the ledger clock")
+            .s
+    }
+    let db = TestDb::new(1).await.unwrap();
+    let mut reader = db.connection().await.unwrap();
+    let mut mover = db.connection().await.unwrap();
+    assert!(ahead(&mut reader).await.abs() < 1.0);
+    reader.batch_execute("BEGIN").await.unwrap();
+    assert!(ahead(&mut reader).await.abs() < 1.0);
+    briefrail::testing::advance_ledger_clock(&mut mover, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert!(
+        ahead(&mut reader).await.abs() < 1.0,
+        "a transaction under way keeps the offset it first read"
+    );
+    reader.batch_execute("COMMIT").await.unwrap();
+    let after = ahead(&mut reader).await;
+    assert!(
+        (after - 3600.0).abs() < 1.0,
+        "the next transaction reads the moved clock: {after}"
+    );
+    assert!((ahead(&mut mover).await - 3600.0).abs() < 1.0);
+}

@@ -310,6 +310,7 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
             backoff_base: Duration::from_secs(2),
             backoff_max: Duration::from_secs(300),
         },
+        commits: None,
         cancel,
     };
     let outcome = run_build(&env, claim, None, vec![]).await;

@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind};
 #[cfg(feature = "otel")]
 use crate::ledger::reads;
 use crate::ledger::transitions::{self as t, Landed, RetryPolicy};
-use crate::ledger::{Claim, Commit, Frame};
+use crate::ledger::{Claim, Commit, CommitQueue, Frame};
 use crate::metrics::Metrics;
 #[cfg(feature = "otel")]
 use crate::trace::Traceparent;
@@ -40,6 +40,9 @@ pub struct BuildEnv {
     pub heartbeat: Duration,
     pub timeout: Duration,
     pub retry: RetryPolicy,
+    /// Where frames without extra writes are committed, together with the others ready at the
+    /// same time; `None`: each commits alone.
+    pub commits: Option<CommitQueue>,
     /// Flips to true when shutdown's grace has passed: in-flight builds are cancelled and their
     /// claims released by token.
     pub cancel: watch::Receiver<bool>,
@@ -364,7 +367,7 @@ const COMMIT_ATTEMPTS: u32 = 4;
 /// it persists the claim is failed with its error (a failure, with backoff), never left to run
 /// out its lease.
 async fn commit_with_retry(env: &BuildEnv, claim: &Claim, frame: Frame) -> BuildOutcome {
-    let mut commit = Commit::new(*claim, &env.node_id);
+    let mut commit = Commit::new(*claim, &env.node_id).in_batches(env.commits.clone());
     let mut delays = crate::backoff::delays(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         match commit.attempt(&env.pool, &frame).await {

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use super::builder::BuilderPool;
 use crate::config::Settings;
 use crate::db::Pool;
+use crate::ledger::transitions::ClaimQueue;
 use crate::metrics::Metrics;
 
 /// What the actors of a node share. Read-only after start, except the two shutdown signals.
@@ -17,6 +18,8 @@ pub struct NodeContext {
     pub node_id: String,
     pub metrics: Arc<Metrics>,
     pub slots: BuilderPool,
+    /// Where claims go: together with the others asked for at the same time (one statement).
+    pub claims: ClaimQueue,
     /// True once shutdown began: no new claims; follow-ups are released instead of built.
     pub draining: watch::Receiver<bool>,
 }

@@ -163,15 +163,6 @@ async fn claim_cycle(
     if *node.draining.borrow() {
         return None;
     }
-    // The futures below are boxed: a cycle waiting for a slot holds only this function's own
-    // state, not the largest future it will await (100,000 waiting matters stay small).
-    let mut conn = match Box::pin(node.pool.get()).await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "no connection for the claim");
-            return None;
-        }
-    };
     // The run records the first demand's trace; the build span links every coalesced trace.
     let traces: Vec<String> = pending
         .traceparents
@@ -195,7 +186,22 @@ async fn claim_cycle(
         kind: ClaimKind::ServeRecorded,
         max_attempts: node.settings.retry.max_attempts,
     };
-    match Box::pin(t::claim_or_record(&mut conn, &req)).await {
+    // The futures below are boxed: a cycle waiting for a slot holds only this function's own
+    // state, not the largest future it will await (100,000 waiting matters stay small).
+    // The claim goes with the others asked for meanwhile; only one not won there (a live build
+    // holds the matter, or nothing to do) takes a connection of its own for the rest.
+    let first = Box::pin(node.claims.ask(req.clone())).await;
+    if let Some(Some(claim)) = first {
+        return Some((claim, slot, trace_id, pending.event_ids));
+    }
+    let mut conn = match Box::pin(node.pool.get()).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, error = %e, "no connection for the claim");
+            return None;
+        }
+    };
+    match Box::pin(t::claim_or_record_after(&mut conn, &req, first)).await {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
         Ok(ClaimOutcome::Archived) => {

@@ -22,9 +22,16 @@ use crate::builders::Builder;
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::error::{Error, Result};
-use crate::ledger::transitions::RetryPolicy;
+use crate::ledger::commits_in_batches;
+use crate::ledger::transitions::{RetryPolicy, claims_in_batches};
 use crate::metrics::Metrics;
 use crate::nudge::Nudge;
+
+/// Claims (and commits) asked for while this many batches of them are on the wire wait for the
+/// next: one lane per core keeps the database busy without queueing behind it.
+const BATCH_LANES: usize = 2;
+/// At most this many members per batch (a batch holds its rows' locks until it commits).
+const BATCH_MAX: usize = 64;
 
 /// How to start the actors beyond the node's settings.
 pub struct ActorOptions {
@@ -69,11 +76,13 @@ impl Actors {
             heartbeat: settings.lease.heartbeat(),
             timeout: Duration::from_secs_f64(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
+            commits: Some(commits_in_batches(pool.clone(), BATCH_LANES, BATCH_MAX)),
             cancel,
         });
         let slots = BuilderPool::start(settings.builders.concurrency, env);
         let context = Arc::new(NodeContext {
             settings,
+            claims: claims_in_batches(pool.clone(), BATCH_LANES, BATCH_MAX),
             pool,
             node_id,
             metrics: opts.metrics,

@@ -25,6 +25,7 @@ use super::models::Claim;
 use super::sql::{self, bounded};
 use super::states::RunOutcome;
 use crate::db::Pool;
+use crate::db::batch::Batcher;
 use crate::error::{Error, Result};
 use crate::schema::ops;
 
@@ -83,6 +84,14 @@ pub struct Commit {
     /// follow-up can be found again.
     next_run_id: Uuid,
     attempts: u32,
+    /// Where a frame without extra writes is committed ([`commits_in_batches`]); `None`: alone.
+    queue: Option<CommitQueue>,
+}
+
+impl std::fmt::Debug for CommitQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommitQueue")
+    }
 }
 
 impl Commit {
@@ -92,7 +101,16 @@ impl Commit {
             node_id: node_id.to_owned(),
             next_run_id: Uuid::new_v4(),
             attempts: 0,
+            queue: None,
         }
+    }
+
+    /// Commits a frame without extra writes together with the others ready at the same time
+    /// (one transaction, each compare-and-swap deciding for its own row). Frames with extra
+    /// writes always commit alone: the application's writes need the transaction to themselves.
+    pub fn in_batches(mut self, queue: Option<CommitQueue>) -> Self {
+        self.queue = queue;
+        self
     }
 
     /// How many attempts were made.
@@ -107,13 +125,18 @@ impl Commit {
     /// COMMIT and the ledger shows the commit did not happen): the caller may attempt again.
     pub async fn attempt(&mut self, pool: &Pool, frame: &Frame) -> Result<Landed> {
         self.attempts += 1;
-        let mut conn = pool.get().await?;
         let reached_commit = Arc::new(AtomicBool::new(false));
-        let result = self
-            .transaction(&mut conn, frame, reached_commit.clone())
-            .await;
+        let result = match self.in_a_batch(frame, &reached_commit).await? {
+            Some(result) => result,
+            None => {
+                let mut conn = pool.get().await?;
+                self.transaction(&mut conn, frame, reached_commit.clone())
+                    .await
+            }
+        };
         match result {
             Err(Error::Fenced { .. }) => {
+                let mut conn = pool.get().await?;
                 if self.attempts > 1 {
                     // An earlier attempt's answer was lost at COMMIT: it may have landed and
                     // moved the token on itself.
@@ -133,7 +156,6 @@ impl Commit {
                 Err(c.fenced())
             }
             Err(e) if AtomicBool::load(&reached_commit, Ordering::SeqCst) => {
-                drop(conn);
                 // The error came from COMMIT itself: read what the ledger holds, on a fresh
                 // connection (the one that failed may be gone).
                 tracing::warn!(error = %e, "commit outcome unknown; settling it from the ledger");
@@ -144,6 +166,40 @@ impl Commit {
             }
             other => other,
         }
+    }
+
+    /// The attempt through the queue, when there is one and the frame has no extra writes.
+    /// `None`: commit alone (no queue, extra writes, or the batch left nothing behind and the
+    /// frame must hear its own answer, e.g. a body the database refuses).
+    async fn in_a_batch(
+        &self,
+        frame: &Frame,
+        reached_commit: &AtomicBool,
+    ) -> Result<Option<Result<Landed>>> {
+        let (Some(queue), None) = (&self.queue, &frame.extra) else {
+            return Ok(None);
+        };
+        let body = serde_json::to_string(&frame.body)
+            .map_err(|e| Error::internal_from("the frame is not serialisable", e))?;
+        let member = Member {
+            claim: self.claim,
+            next_run_id: self.next_run_id,
+            node_id: self.node_id.clone(),
+            body,
+        };
+        let c = self.claim;
+        Ok(match queue.ask(member).await {
+            Some(Batched::Answered(Some(after))) => {
+                reached_commit.store(true, Ordering::SeqCst);
+                Some(Ok(landed_from(&c, after, self.next_run_id)))
+            }
+            Some(Batched::Answered(None)) => Some(Err(c.fenced())),
+            Some(Batched::AtCommit(why)) => {
+                reached_commit.store(true, Ordering::SeqCst);
+                Some(Err(Error::connection(why)))
+            }
+            None => None,
+        })
     }
 
     /// The transaction itself. `reached_commit` is set just before COMMIT is sent.
@@ -238,6 +294,100 @@ impl Commit {
         })
         .await
     }
+}
+
+/// One frame in a commit batch.
+pub struct Member {
+    claim: Claim,
+    next_run_id: Uuid,
+    node_id: String,
+    body: String,
+}
+
+/// A member's answer from its batch.
+pub enum Batched {
+    /// What `ops.commit_frame` answered for it, and the batch committed: `None` fenced (nothing
+    /// written for it), `Some(0)` landed and idle, else the follow-up's token.
+    Answered(Option<i64>),
+    /// The batch's COMMIT failed: whether it landed is unknown until settled from the ledger.
+    AtCommit(String),
+}
+
+/// A node's commits of frames without extra writes that are ready while earlier ones are on
+/// the wire go in one transaction ([`commit_frames`]). [`crate::db::batch::Batcher::ask`]
+/// answering `None` (the batch failed before its COMMIT, which rolled all of it back) means
+/// "commit alone".
+pub type CommitQueue = Batcher<Member, Batched>;
+
+/// Starts a [`CommitQueue`] on the current thread: `lanes` batches in flight, each on a pooled
+/// connection, at most `max` frames each.
+pub fn commits_in_batches(pool: Pool, lanes: usize, max: usize) -> CommitQueue {
+    Batcher::start(lanes, max, move |members: Vec<Member>| {
+        let pool = pool.clone();
+        async move {
+            let reached_commit = AtomicBool::new(false);
+            let answers = async {
+                let mut conn = pool.get().await?;
+                commit_frames(&mut conn, &members, &reached_commit).await
+            };
+            match answers.await {
+                Ok(answers) => answers.into_iter().map(Batched::Answered).collect(),
+                Err(e) if AtomicBool::load(&reached_commit, Ordering::SeqCst) => {
+                    let why = e.to_string();
+                    members
+                        .iter()
+                        .map(|_| Batched::AtCommit(why.clone()))
+                        .collect()
+                }
+                Err(e) => {
+                    tracing::debug!(members = members.len(), error = %e, "a commit batch failed before its COMMIT; its members commit alone");
+                    Vec::new()
+                }
+            }
+        }
+    })
+}
+
+/// **commit** of many frames in one transaction (BEGIN, `ops.commit_frames`, COMMIT): each
+/// member is `ops.commit_frame` with its own claim, so each compare-and-swap fences its own row;
+/// element `i` answers `members[i]`. Any error rolls the whole batch back, except one at COMMIT
+/// (`reached_commit` is set just before it is sent), whose outcome each member settles.
+async fn commit_frames(
+    conn: &mut AsyncPgConnection,
+    members: &[Member],
+    reached_commit: &AtomicBool,
+) -> Result<Vec<Option<i64>>> {
+    let answers: Vec<Option<i64>> = conn
+        .transaction(async |tx| {
+            let answers: Vec<Option<i64>> = diesel::select(sql::commit_frames(
+                members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
+                members
+                    .iter()
+                    .map(|m| m.claim.matter_id)
+                    .collect::<Vec<_>>(),
+                members.iter().map(|m| m.claim.token).collect::<Vec<_>>(),
+                members.iter().map(|m| m.claim.run_id).collect::<Vec<_>>(),
+                members.iter().map(|m| m.next_run_id).collect::<Vec<_>>(),
+                members
+                    .iter()
+                    .map(|m| m.node_id.as_str())
+                    .collect::<Vec<_>>(),
+                members.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+            ))
+            .get_result(tx)
+            .await?;
+            if answers.len() != members.len() {
+                return Err(Error::internal(format!(
+                    "ops.commit_frames answered {} of {} frames",
+                    answers.len(),
+                    members.len()
+                )));
+            }
+            reached_commit.store(true, Ordering::SeqCst);
+            Ok::<_, Error>(answers)
+        })
+        .await?;
+    Ok(answers)
 }
 
 /// The hint `ops.commit_frame` gives a body the database refused (its message is the refusal,

@@ -45,7 +45,7 @@ mod sql;
 pub mod states;
 pub mod transitions;
 
-pub use commit::{Commit, ExtraWrites, Frame, Landed};
+pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};
 pub use event_name::EventName;
 pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
 pub use states::{ClaimKind, RunOutcome, RunStatus};

@@ -16,6 +16,13 @@ diesel::define_sql_function! {
         only_unserved: Bool, max_attempts: Integer) -> Nullable<BigInt>;
 }
 diesel::define_sql_function! {
+    #[sql_name = "ops.claim_batch"]
+    fn claim_batch(firms: Array<SqlUuid>, matters: Array<SqlUuid>, lease_secs: Array<Double>,
+                   run_ids: Array<SqlUuid>, nodes: Array<Text>, trace_ids: Array<Nullable<Text>>,
+                   event_ids: Array<Text>, only_unserved: Array<Bool>,
+                   max_attempts: Array<Integer>) -> Array<Nullable<BigInt>>;
+}
+diesel::define_sql_function! {
     #[sql_name = "ops.record_lost_claim"]
     fn record_lost_claim(firm: SqlUuid, matter: SqlUuid) -> Nullable<BigInt>;
 }
@@ -36,6 +43,12 @@ diesel::define_sql_function! {
     #[sql_name = "ops.commit_frame"]
     fn commit_frame(firm: SqlUuid, matter: SqlUuid, token: BigInt, run_id: SqlUuid,
                     next_run_id: SqlUuid, node: Text, body: Text) -> Nullable<BigInt>;
+}
+diesel::define_sql_function! {
+    #[sql_name = "ops.commit_frames"]
+    fn commit_frames(firms: Array<SqlUuid>, matters: Array<SqlUuid>, tokens: Array<BigInt>,
+                     run_ids: Array<SqlUuid>, next_run_ids: Array<SqlUuid>, nodes: Array<Text>,
+                     bodies: Array<Text>) -> Array<Nullable<BigInt>>;
 }
 diesel::define_sql_function! {
     #[sql_name = "ops.start_lease"]

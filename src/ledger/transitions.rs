@@ -24,6 +24,8 @@ pub use super::commit::{Commit, ExtraWrites, Frame, Landed, commit, settle};
 use super::models::Claim;
 use super::sql::{self, bounded};
 use super::states::{ClaimKind, RunStatus};
+use crate::db::Pool;
+use crate::db::batch::Batcher;
 use crate::error::{Error, Result};
 
 /// What a claim needs to know besides the matter.
@@ -155,10 +157,24 @@ pub async fn claim_or_record(
     conn: &mut AsyncPgConnection,
     req: &ClaimRequest,
 ) -> Result<ClaimOutcome> {
+    claim_or_record_after(conn, req, None).await
+}
+
+/// [`claim_or_record`] whose first claim was already made (in a batch: [`claim_batch`]) and
+/// answered `first`; `None` makes it here.
+pub async fn claim_or_record_after(
+    conn: &mut AsyncPgConnection,
+    req: &ClaimRequest,
+    mut first: Option<Option<Claim>>,
+) -> Result<ClaimOutcome> {
     // Each lap needs a build to start *and* finish between our two statements; a bound only
     // guards against a bug turning this into a spin.
     for _ in 0..1000 {
-        if let Some(c) = claim(conn, req).await? {
+        let won = match first.take() {
+            Some(answer) => answer,
+            None => claim(conn, req).await?,
+        };
+        if let Some(c) = won {
             return Ok(ClaimOutcome::Won(c));
         }
         if super::facts::is_archived(conn, req.firm_id, req.matter_id).await? {
@@ -194,6 +210,98 @@ pub async fn claim_or_record(
         "claim of matter {} did not settle after 1000 rounds",
         req.matter_id
     )))
+}
+
+/// **claim** for many matters in one statement and one transaction (`ops.claim_batch`): each
+/// member is `ops.claim` with its own arguments, so each decides for itself, and element `i`
+/// answers `reqs[i]` as [`claim`] would. The members lock their rows in the global
+/// `(firm_id, matter_id)` order. Callers send distinct matters (a node claims a matter once at a
+/// time); a repeated one answers as a second claim after the first would.
+pub async fn claim_batch(
+    conn: &mut AsyncPgConnection,
+    reqs: &[ClaimRequest],
+) -> Result<Vec<Option<Claim>>> {
+    if reqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let run_ids: Vec<Uuid> = reqs.iter().map(|_| Uuid::new_v4()).collect();
+    // An array of arrays must be rectangular in SQL: each member's event ids travel as the
+    // literal of a uuid[] (hex and dashes only, nothing to escape).
+    let event_ids: Vec<String> = reqs
+        .iter()
+        .map(|r| {
+            let ids: Vec<String> = r.event_ids.iter().map(Uuid::to_string).collect();
+            format!("{{{}}}", ids.join(","))
+        })
+        .collect();
+    let tokens: Vec<Option<i64>> = diesel::select(sql::claim_batch(
+        reqs.iter().map(|r| r.firm_id).collect::<Vec<_>>(),
+        reqs.iter().map(|r| r.matter_id).collect::<Vec<_>>(),
+        reqs.iter()
+            .map(|r| r.lease.as_secs_f64())
+            .collect::<Vec<_>>(),
+        &run_ids,
+        reqs.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>(),
+        reqs.iter()
+            .map(|r| r.trace_id.as_deref())
+            .collect::<Vec<_>>(),
+        &event_ids,
+        reqs.iter()
+            .map(|r| r.kind.only_unserved())
+            .collect::<Vec<_>>(),
+        reqs.iter()
+            .map(|r| i32::try_from(r.max_attempts).unwrap_or(i32::MAX))
+            .collect::<Vec<_>>(),
+    ))
+    .get_result(conn)
+    .await?;
+    if tokens.len() != reqs.len() {
+        return Err(Error::internal(format!(
+            "ops.claim_batch answered {} of {} claims",
+            tokens.len(),
+            reqs.len()
+        )));
+    }
+    Ok(reqs
+        .iter()
+        .zip(run_ids)
+        .zip(tokens)
+        .map(|((r, run_id), token)| {
+            token.map(|token| Claim {
+                firm_id: r.firm_id,
+                matter_id: r.matter_id,
+                token,
+                run_id,
+            })
+        })
+        .collect())
+}
+
+/// A node's claims asked for while earlier ones are on the wire go in one [`claim_batch`]
+/// ([`crate::db::batch`]). [`Batcher::ask`] answering `None` (the batch failed, or no batch
+/// answered) means "claim alone": nothing of a failed batch was written (it is one
+/// transaction).
+pub type ClaimQueue = Batcher<ClaimRequest, Option<Claim>>;
+
+/// Starts a [`ClaimQueue`] on the current thread: `lanes` batches in flight, each on a pooled
+/// connection, at most `max` claims each.
+pub fn claims_in_batches(pool: Pool, lanes: usize, max: usize) -> ClaimQueue {
+    Batcher::start(lanes, max, move |reqs: Vec<ClaimRequest>| {
+        let pool = pool.clone();
+        async move {
+            let answers = async {
+                let mut conn = pool.get().await?;
+                claim_batch(&mut conn, &reqs).await
+            };
+            match answers.await {
+                Ok(answers) => answers,
+                Err(e) => {
+                    tracing::debug!(members = reqs.len(), error = %e, "a claim batch failed; its members claim alone");
+                    Vec::new()
+                }
+            }
+        }
+    })
 }
 
 /// **heartbeat**: renew the lease, fenced by token. `Err(Fenced)`: stop building now.

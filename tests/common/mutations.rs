@@ -1,7 +1,7 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
 //! retention's `ops.prune_*`, `…000009` for the hot transitions and `ops.apply_events`, `…000010`
-//! for `ops.release_claim`), and
+//! for `ops.release_claim`, `…000011` for the batches), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -28,7 +28,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 5] = [
+const LIVE_HOMES: [&str; 6] = [
+    "migrations/2026-12-02-000011_batched_claims_and_commits/up.sql",
     "migrations/2026-12-01-000010_operator_console/up.sql",
     "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
     "migrations/2026-12-01-000007_retention/up.sql",
@@ -76,6 +77,77 @@ fn patched(function: &str, edits: &[(&str, &str)]) -> String {
 /// Every mutation, with its killers.
 pub fn all() -> Vec<Mutation> {
     vec![
+        Mutation {
+            name: "claim_batch_in_arrival_order",
+            breaks: "batches: two batches over the same rows lock them in one order (no deadlock)",
+            sql: || {
+                patched(
+                    "claim_batch",
+                    &[("ORDER BY x.firm, x.matter, x.n", "ORDER BY x.n")],
+                )
+            },
+            killers: &[
+                "batches::two_batches_over_the_same_matters_in_opposite_orders_never_deadlock",
+            ],
+        },
+        Mutation {
+            name: "claim_batch_answers_in_lock_order",
+            breaks: "batches: each member of a claim batch gets its own answer",
+            sql: || {
+                patched(
+                    "claim_batch",
+                    &[(
+                        "v_tokens[r.n] := ops.claim(",
+                        "v_tokens := v_tokens[2:] || ops.claim(",
+                    )],
+                )
+            },
+            killers: &["batches::a_claim_batch_answers_each_member_as_its_own_claim_would"],
+        },
+        Mutation {
+            name: "commit_frames_answers_in_lock_order",
+            breaks: "1 and batches: each member of a commit batch is fenced by its own claim",
+            sql: || {
+                patched(
+                    "commit_frames",
+                    &[(
+                        "v_after[r.n] := ops.commit_frame(",
+                        "v_after := v_after[2:] || ops.commit_frame(",
+                    )],
+                )
+            },
+            killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
+        },
+        Mutation {
+            name: "clock_offset_kept_for_the_session",
+            breaks: "6: the ledger clock is the database's, as every connection reads it now",
+            sql: || {
+                patched(
+                    "clock_offset",
+                    &[(
+                        "set_config('briefrail.clock_offset', v_offset, true)",
+                        "set_config('briefrail.clock_offset', v_offset, false)",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connection",
+            ],
+        },
+        Mutation {
+            name: "commit_frames_with_the_first_token",
+            breaks: "1: in a batch, a frame whose claim is not current never lands",
+            sql: || {
+                patched(
+                    "commit_frames",
+                    &[(
+                        "r.token, r.run_id, r.next_run_id",
+                        "p_tokens[1], r.run_id, r.next_run_id",
+                    )],
+                )
+            },
+            killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
+        },
         Mutation {
             name: "commit_without_the_claims_identity",
             breaks: "1: a frame whose claim is not current never lands",

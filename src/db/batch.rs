@@ -1,0 +1,148 @@
+//! Group requests that arrive while a round trip is on the wire.
+//!
+//! Under load most of a short transaction's cost is the transaction itself (the round trips,
+//! the executor's start, the commit), not its rows: eight claims and commits in one transaction
+//! cost a third of eight transactions. A [`Batcher`] lets callers ask one at a time and sends
+//! what piled up together. It never waits to fill a batch: a request that finds a free lane
+//! goes at once, alone, so an idle node's latency is a single request's. Only requests that
+//! arrive while every lane is busy share the next batch, so batches grow with the load.
+//!
+//! It knows nothing of the ledger: the function it is started with runs one batch (on a
+//! connection of its own) and answers each member in order. A member left without an answer
+//! (the function returned too few, or the batcher stopped) gets `None` and the caller does its
+//! request alone: a batch can delay a request, never lose one.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// A queue of requests of type `Q`, each answered with an `A`. Cloning shares the queue.
+pub struct Batcher<Q, A> {
+    tx: mpsc::UnboundedSender<(Q, oneshot::Sender<A>)>,
+}
+
+impl<Q, A> Clone for Batcher<Q, A> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<Q: 'static, A: 'static> Batcher<Q, A> {
+    /// Starts the batcher on the current (actix or tokio `LocalSet`) thread: at most `lanes`
+    /// batches in flight, at most `max` members each. `run` gets the members in arrival order
+    /// and must answer each, in the same order. The batcher stops when its last handle drops.
+    pub fn start<F, Fut>(lanes: usize, max: usize, run: F) -> Self
+    where
+        F: Fn(Vec<Q>) -> Fut + 'static,
+        Fut: Future<Output = Vec<A>> + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::task::spawn_local(drive(rx, lanes.max(1), max.max(1), Rc::new(run)));
+        Self { tx }
+    }
+
+    /// Asks, and waits for the answer. `None`: no batch answered this request (see the module
+    /// doc); the caller does it alone.
+    pub async fn ask(&self, request: Q) -> Option<A> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send((request, reply)).ok()?;
+        answer.await.ok()
+    }
+}
+
+async fn drive<Q: 'static, A: 'static, F, Fut>(
+    mut rx: mpsc::UnboundedReceiver<(Q, oneshot::Sender<A>)>,
+    lanes: usize,
+    max: usize,
+    run: Rc<F>,
+) where
+    F: Fn(Vec<Q>) -> Fut + 'static,
+    Fut: Future<Output = Vec<A>> + 'static,
+{
+    let lanes = Arc::new(Semaphore::new(lanes));
+    while let Some(first) = rx.recv().await {
+        // Wait for a lane first: what arrives meanwhile joins this batch.
+        let Ok(lane) = lanes.clone().acquire_owned().await else {
+            return;
+        };
+        let mut members = vec![first];
+        while members.len() < max {
+            match rx.try_recv() {
+                Ok(m) => members.push(m),
+                Err(_) => break,
+            }
+        }
+        let run = run.clone();
+        tokio::task::spawn_local(async move {
+            let (requests, replies): (Vec<Q>, Vec<oneshot::Sender<A>>) =
+                members.into_iter().unzip();
+            let answers = run(requests).await;
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+            drop(lane);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn on_local<F: Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        tokio::task::LocalSet::new().block_on(&rt, f)
+    }
+
+    #[test]
+    fn a_lone_request_goes_at_once_and_a_crowd_shares_batches() {
+        on_local(async {
+            let sizes = Rc::new(RefCell::new(Vec::new()));
+            let seen = sizes.clone();
+            let b = Batcher::start(1, 64, move |xs: Vec<u32>| {
+                seen.borrow_mut().push(xs.len());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    xs.into_iter().map(|x| x * 2).collect()
+                }
+            });
+            assert_eq!(b.ask(21).await, Some(42));
+            let answers = futures_util::future::join_all((0..10u32).map(|i| b.ask(i))).await;
+            assert_eq!(
+                answers,
+                (0..10u32).map(|i| Some(i * 2)).collect::<Vec<_>>(),
+                "each member gets its own answer"
+            );
+            let sizes = sizes.borrow().clone();
+            assert_eq!(sizes[0], 1, "alone, it did not wait for company: {sizes:?}");
+            assert!(
+                sizes.len() <= 3 && sizes.iter().sum::<usize>() == 11,
+                "ten requests behind a busy lane share at most two batches: {sizes:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_member_left_unanswered_is_told_so() {
+        on_local(async {
+            let b = Batcher::start(2, 8, |xs: Vec<u32>| async move {
+                xs.into_iter().skip(1).collect::<Vec<_>>()
+            });
+            let both = futures_util::future::join(b.ask(1), b.ask(2)).await;
+            assert!(
+                both.0.is_none() || both.1.is_none(),
+                "a short answer leaves someone with None: {both:?}"
+            );
+        });
+    }
+}

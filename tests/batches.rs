@@ -1,0 +1,335 @@
+//! Claims and commits in batches (`migrations/…000011`, `docs/protocol.md` "Speed: batches"):
+//! a batch shares a round trip and a transaction, never a decision. Each member answers as it
+//! would alone, each compare-and-swap fences its own row, a refused frame fails only its own
+//! build, and two batches over the same rows never deadlock. Against a real Postgres, one
+//! database per test.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use briefrail::Error;
+use briefrail::ledger::transitions::{self as t, ClaimRequest, Frame, Landed};
+use briefrail::ledger::{Claim, ClaimKind, Commit, RunOutcome, RunStatus, facts, reads};
+use briefrail::testing::TestDb;
+use diesel_async::SimpleAsyncConnection;
+use serde_json::json;
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+const NODE: &str = "batch-node";
+
+fn req(firm: Uuid, matter: Uuid) -> ClaimRequest {
+    ClaimRequest {
+        firm_id: firm,
+        matter_id: matter,
+        lease: Duration::from_secs(600),
+        node_id: NODE.into(),
+        trace_id: None,
+        event_ids: vec![],
+        kind: ClaimKind::NewDemand,
+        max_attempts: 5,
+    }
+}
+
+/// Matter ids in descending order: a batch given in this order is the reverse of the order it
+/// locks rows in, so an answer put at the wrong position shows.
+fn descending(n: usize) -> Vec<Uuid> {
+    let mut ids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
+    ids.sort();
+    ids.reverse();
+    ids
+}
+
+/// Runs `f` where a batcher can live (the node runs on actix's thread-local runtime).
+async fn local<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::LocalSet::new().run_until(f).await
+}
+
+#[tokio::test]
+async fn a_claim_batch_answers_each_member_as_its_own_claim_would() {
+    let db = TestDb::new(2).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let firm = Uuid::new_v4();
+    let ids = descending(4);
+    let (free, held, archived, served) = (ids[0], ids[1], ids[2], ids[3]);
+    for m in &ids {
+        facts::create_matter(&mut c, firm, *m, "Batch v. Alone")
+            .await
+            .unwrap();
+    }
+    let holder = t::claim(&mut c, &req(firm, held)).await.unwrap().unwrap();
+    facts::archive_matter(&mut c, firm, archived).await.unwrap();
+    let first = t::claim(&mut c, &req(firm, served)).await.unwrap().unwrap();
+    t::commit(&db.pool, &first, NODE, &Frame::new(json!({})))
+        .await
+        .unwrap();
+
+    let event = Uuid::new_v4();
+    let mut members = vec![
+        ClaimRequest {
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            event_ids: vec![event],
+            ..req(firm, free)
+        },
+        req(firm, held),
+        req(firm, archived),
+        ClaimRequest {
+            kind: ClaimKind::ServeRecorded,
+            ..req(firm, served)
+        },
+    ];
+    let answers = t::claim_batch(&mut c, &members).await.unwrap();
+    assert_eq!(answers.len(), 4);
+    let won = answers[0].expect("the free matter is won");
+    assert_eq!((won.matter_id, won.token), (free, 1));
+    assert_eq!(
+        answers[1..],
+        [None, None, None],
+        "held by a live build, archived, every demand served: each not claimed, as alone"
+    );
+    let run = reads::run(&mut c, won.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        (run.outcome, run.node_id.as_str(), run.trace_id.as_deref()),
+        (
+            RunOutcome::Running,
+            NODE,
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        )
+    );
+    assert_eq!(
+        run.event_ids,
+        vec![Some(event)],
+        "the run records its own events"
+    );
+    let held_row = reads::job(&mut c, firm, held).await.unwrap().unwrap();
+    assert_eq!(
+        (held_row.claimed_generation, held_row.claimed_run_id),
+        (holder.token, Some(holder.run_id)),
+        "the live build keeps its claim"
+    );
+    // Alone after the batch, the lost claim records its demand as it always did.
+    members.truncate(2);
+    let outcome = t::claim_or_record_after(&mut c, &members[1], Some(answers[1]))
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, t::ClaimOutcome::Recorded { .. }),
+        "{outcome:?}"
+    );
+    assert!(
+        reads::job(&mut c, firm, held)
+            .await
+            .unwrap()
+            .unwrap()
+            .rebuild_needed
+    );
+}
+
+#[tokio::test]
+async fn a_commit_batch_fences_each_member_by_its_own_claim() {
+    local(async {
+        let db = TestDb::new(3).await.unwrap();
+        let mut c = db.pool.get().await.unwrap();
+        let firm = Uuid::new_v4();
+        let ids = descending(4);
+        let mut claims = Vec::new();
+        for m in &ids {
+            facts::create_matter(&mut c, firm, *m, "Batch v. Fence")
+                .await
+                .unwrap();
+            claims.push(t::claim(&mut c, &req(firm, *m)).await.unwrap().unwrap());
+        }
+        // ids[3] has a longer history, so the members' tokens differ (1, 1, 1, 3).
+        for _ in 0..2 {
+            let frame = Frame::new(json!({}));
+            t::commit(&db.pool, &claims[3], NODE, &frame).await.unwrap();
+            claims[3] = t::claim(&mut c, &req(firm, ids[3])).await.unwrap().unwrap();
+        }
+        assert_eq!(claims[3].token, 3);
+        // ids[1]: superseded (its lease ran out and another claim took the matter);
+        // ids[2]: a demand arrived during its build (the commit re-claims).
+        c.batch_execute(&format!(
+            "UPDATE ops.matter_frame_jobs SET lease_expires_at = ops.now() - interval '1 ms'
+              WHERE matter_id = '{}'",
+            ids[1]
+        ))
+        .await
+        .unwrap();
+        let usurper = t::claim(&mut c, &req(firm, ids[1])).await.unwrap().unwrap();
+        t::record_lost_claim(&mut c, firm, ids[2]).await.unwrap();
+
+        let queue = briefrail::ledger::commits_in_batches(db.pool.clone(), 1, 64);
+        let commits = claims.iter().map(|claim| {
+            let queue = queue.clone();
+            let pool = db.pool.clone();
+            async move {
+                Commit::new(*claim, NODE)
+                    .in_batches(Some(queue))
+                    .attempt(&pool, &Frame::new(json!({ "token": claim.token })))
+                    .await
+            }
+        });
+        let answers = futures_util::future::join_all(commits).await;
+        assert!(matches!(answers[0], Ok(Landed::Idle)), "{:?}", answers[0]);
+        assert!(
+            matches!(answers[1], Err(Error::Fenced { .. })),
+            "the superseded claim is fenced: {:?}",
+            answers[1]
+        );
+        match &answers[2] {
+            Ok(Landed::FollowUp(next)) => {
+                assert!(
+                    next.matter_id == ids[2] && next.token > claims[2].token,
+                    "{next:?}"
+                );
+                let run = reads::run(&mut c, next.run_id).await.unwrap().unwrap();
+                assert_eq!(run.outcome, RunOutcome::Running);
+            }
+            other => panic!("the re-claimed matter gets its follow-up: {other:?}"),
+        }
+        assert!(matches!(answers[3], Ok(Landed::Idle)), "{:?}", answers[3]);
+        for (i, claim) in claims.iter().enumerate() {
+            let frame = reads::frame_meta(&mut c, firm, claim.matter_id, claim.token)
+                .await
+                .unwrap();
+            assert_eq!(
+                frame.is_some(),
+                i != 1,
+                "member {i}: a frame only where it landed"
+            );
+        }
+        let fenced = reads::job(&mut c, firm, ids[1]).await.unwrap().unwrap();
+        assert_eq!(
+            (fenced.run_status, fenced.claimed_generation),
+            (RunStatus::Running, usurper.token),
+            "the fenced member changed nothing on its row"
+        );
+        let zombie = reads::run(&mut c, claims[1].run_id).await.unwrap().unwrap();
+        assert_eq!(
+            zombie.outcome,
+            RunOutcome::Fenced,
+            "its refused commit is on its run"
+        );
+    })
+    .await;
+}
+
+/// A frame the database refuses aborts its batch; every member then commits alone, so the
+/// refusal reaches its own build (a permanent error) and the others land.
+#[tokio::test]
+async fn a_refused_frame_in_a_batch_fails_alone_and_the_others_land() {
+    local(async {
+        let db = TestDb::new(3).await.unwrap();
+        let mut c = db.pool.get().await.unwrap();
+        let firm = Uuid::new_v4();
+        let ids = descending(3);
+        let mut claims = Vec::new();
+        for m in &ids {
+            facts::create_matter(&mut c, firm, *m, "Batch v. Refusal")
+                .await
+                .unwrap();
+            claims.push(t::claim(&mut c, &req(firm, *m)).await.unwrap().unwrap());
+        }
+        let queue = briefrail::ledger::commits_in_batches(db.pool.clone(), 1, 64);
+        let commits = claims.iter().enumerate().map(|(i, claim)| {
+            let queue = queue.clone();
+            let pool = db.pool.clone();
+            let body = if i == 1 {
+                json!({ "summary": "bad \u{0000} char" })
+            } else {
+                json!({ "token": claim.token })
+            };
+            async move {
+                Commit::new(*claim, NODE)
+                    .in_batches(Some(queue))
+                    .attempt(&pool, &Frame::new(body))
+                    .await
+            }
+        });
+        let answers = futures_util::future::join_all(commits).await;
+        assert!(matches!(answers[0], Ok(Landed::Idle)), "{:?}", answers[0]);
+        assert!(matches!(answers[2], Ok(Landed::Idle)), "{:?}", answers[2]);
+        match &answers[1] {
+            Err(e @ Error::FrameRefused(why)) => {
+                assert!(e.is_permanent() && why.contains("22P05"), "{why}");
+            }
+            other => panic!("the refused frame hears its own refusal: {other:?}"),
+        }
+        assert!(
+            reads::frame_meta(&mut c, firm, ids[1], claims[1].token)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    })
+    .await;
+}
+
+/// Many rounds of two batches over the same fresh matters, one in ascending and one in
+/// descending order, released together on two connections: both lock in one global order, so
+/// one waits for the other and neither is chosen as a deadlock victim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_batches_over_the_same_matters_in_opposite_orders_never_deadlock() {
+    let db = TestDb::new(4).await.unwrap();
+    let firm = Uuid::new_v4();
+    let mut failures = Vec::new();
+    let mut won = 0;
+    for _ in 0..20 {
+        let ids = descending(24);
+        let barrier = Arc::new(Barrier::new(2));
+        let sides = [false, true].map(|reversed| {
+            let (pool, barrier) = (db.pool.clone(), barrier.clone());
+            let mut members: Vec<ClaimRequest> = ids.iter().map(|m| req(firm, *m)).collect();
+            if reversed {
+                members.reverse();
+            }
+            tokio::spawn(async move {
+                let mut c = pool.get().await.expect("conn");
+                barrier.wait().await;
+                t::claim_batch(&mut c, &members).await
+            })
+        });
+        for side in sides {
+            match side.await.unwrap() {
+                Ok(answers) => won += answers.iter().flatten().count(),
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} batches failed, e.g. {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert_eq!(won, 20 * 24, "each matter won exactly once");
+}
+
+/// A claim in a batch never waits for a fuller batch: at idle, the claim queue answers at once.
+#[tokio::test]
+async fn a_lone_claim_through_the_queue_is_answered_at_once() {
+    local(async {
+        let db = TestDb::new(2).await.unwrap();
+        let mut c = db.pool.get().await.unwrap();
+        let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+        facts::create_matter(&mut c, firm, matter, "Lone v. Queue")
+            .await
+            .unwrap();
+        let queue = t::claims_in_batches(db.pool.clone(), 2, 64);
+        let claim: Option<Claim> =
+            tokio::time::timeout(Duration::from_secs(5), queue.ask(req(firm, matter)))
+                .await
+                .expect("answered")
+                .expect("a batch answered");
+        assert_eq!(claim.map(|c| c.token), Some(1));
+    })
+    .await;
+}
+
+/// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_planted_bug_fails_a_guarantee_test() {
+    common::mutations::assert_caught("batches").await;
+}
