@@ -1785,3 +1785,49 @@ async fn a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connectio
     );
     assert!((ahead(&mut mover).await - 3600.0).abs() < 1.0);
 }
+
+/// The relay's lease names the rows it leases by key (`outbox::LEASE_SQL`): with 10,000
+/// retained events its plan (the custom plan the relay's bound statement gets) reads no outbox
+/// row through a sequential scan. As `IN (subquery)` it hash-joined a scan of the whole outbox.
+#[tokio::test]
+async fn the_outbox_is_never_read_whole_to_publish_an_event() {
+    use briefrail::ledger::outbox;
+    use diesel::sql_types::{BigInt, Double, Text};
+    #[derive(diesel::QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+        line: String,
+    }
+    let db = TestDb::new(1).await.unwrap();
+    let mut c = db.connection().await.unwrap();
+    c.batch_execute(
+        "INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name, published_at)
+         SELECT md5('e' || i)::uuid, '00000000-0000-0000-0000-000000000001',
+                md5((i % 1000)::text)::uuid, 'document.uploaded',
+                CASE WHEN i <= 9000 THEN now() END
+           FROM generate_series(1, 10000) i;
+         ANALYZE ops.domain_event_outbox;",
+    )
+    .await
+    .unwrap();
+    let plan: Vec<Line> = diesel::sql_query(format!("EXPLAIN {}", outbox::LEASE_SQL))
+        .bind::<BigInt, _>(100)
+        .bind::<Double, _>(30.0)
+        .load(&mut c)
+        .await
+        .unwrap();
+    let plan: Vec<String> = plan.into_iter().map(|l| l.line).collect();
+    let plan = plan.join("\n");
+    assert!(
+        !plan.contains("Seq Scan on domain_event_outbox"),
+        "the lease reads the whole outbox:\n{plan}"
+    );
+    let leased = outbox::lease_unpublished(&mut c, 100, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(leased.len(), 100);
+    assert!(
+        leased.windows(2).all(|w| w[0].seq < w[1].seq),
+        "in sequence order"
+    );
+}

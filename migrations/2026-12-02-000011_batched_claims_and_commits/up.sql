@@ -1,7 +1,7 @@
 -- Claims and commits in batches. THIS FILE IS THE LIVE HOME OF: ops.claim_batch,
--- ops.commit_frames, ops.clock_offset, ops.now, ops.clock (docs/protocol.md, "Speed: batches").
--- Expand only: three new functions, and two redefined with the same signature and the same
--- answers, so a node of the previous release keeps working across it.
+-- ops.commit_frames, ops.clock_offset, ops.now, ops.clock, ops.drain_outbox (docs/protocol.md,
+-- "Speed: batches"). Expand only: three new functions, and three redefined with the same
+-- signature and the same answers, so a node of the previous release keeps working across it.
 --
 -- A node's claims (and its commits) that are asked for while an earlier batch is on the wire
 -- go together in one statement and one transaction. Each is the very transition it is alone:
@@ -97,5 +97,43 @@ $$;
 CREATE OR REPLACE FUNCTION ops.clock() RETURNS timestamptz LANGUAGE plpgsql VOLATILE COST 1 AS $$
 BEGIN
     RETURN clock_timestamp() + make_interval(secs => ops.clock_offset());
+END
+$$;
+
+-- drain_outbox, as in 000009, but the ids a nudge needs come from the rows its first statement
+-- locked instead of a second read of the outbox: joined to the table, the trigger's answer (a
+-- set-returning function the planner guesses at a thousand rows) became a hash join over a
+-- sequential scan of the whole outbox below a few hundred thousand rows, so every batch read
+-- every retained event. Every value still comes from the event's outbox row.
+CREATE OR REPLACE FUNCTION ops.drain_outbox(p_consumer text, p_limit integer, p_heard text[])
+RETURNS TABLE (event_id uuid, firm_id uuid, matter_id uuid, traceparent text, outcome text,
+               requested_generation bigint)
+LANGUAGE plpgsql VOLATILE SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids     uuid[];
+    v_firms   uuid[];
+    v_matters uuid[];
+    v_traces  text[];
+BEGIN
+    SELECT array_agg(t.event_id), array_agg(t.firm_id), array_agg(t.matter_id),
+           array_agg(t.traceparent)
+      INTO v_ids, v_firms, v_matters, v_traces
+      FROM (SELECT o.event_id, o.firm_id, o.matter_id, o.traceparent
+              FROM ops.domain_event_outbox o
+             WHERE o.published_at IS NULL
+               AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ops.now())
+             ORDER BY o.seq
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) t;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT a.event_id, l.firm_id, l.matter_id, l.traceparent, a.outcome, a.requested_generation
+          FROM ops.apply_events(p_consumer, v_ids, p_heard) a
+          JOIN unnest(v_ids, v_firms, v_matters, v_traces) AS l(event_id, firm_id, matter_id, traceparent)
+            ON l.event_id = a.event_id;
+    UPDATE ops.domain_event_outbox o SET published_at = ops.now() WHERE o.event_id = ANY (v_ids);
 END
 $$;

@@ -28,8 +28,8 @@ use crate::metrics::Metrics;
 use crate::nudge::Nudge;
 
 /// Claims (and commits) asked for while this many batches of them are on the wire wait for the
-/// next: one lane per core keeps the database busy without queueing behind it.
-const BATCH_LANES: usize = 2;
+/// next: four lanes keep the database busy without a request queueing long behind a batch.
+const BATCH_LANES: usize = 4;
 /// At most this many members per batch (a batch holds its rows' locks until it commits).
 const BATCH_MAX: usize = 64;
 

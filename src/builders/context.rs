@@ -47,28 +47,34 @@ pub struct ContextDocument<'a> {
 }
 
 impl BuildContext {
-    /// Reads the matter and its documents (in chronological order).
+    /// Reads the matter and its documents (in chronological order), in one statement: a build
+    /// holds its builder slot through every round trip it makes.
     pub async fn record(&self) -> Result<(Option<MatterRow>, Vec<DocumentRow>)> {
         use diesel::prelude::*;
         use diesel_async::RunQueryDsl;
 
         use crate::schema::record::documents::dsl as d;
+        use crate::schema::record::matters::dsl as m;
         let mut conn = self.pool.get().await?;
-        let matter = crate::ledger::facts::matter(&mut conn, self.firm_id, self.matter_id).await?;
-        let documents = d::documents
+        let rows: Vec<(MatterRow, Option<DocumentRow>)> = m::matters
+            .left_join(
+                d::documents.on(d::firm_id.eq(m::firm_id).and(d::matter_id.eq(m::matter_id))),
+            )
             .filter(
-                d::firm_id
+                m::firm_id
                     .eq(self.firm_id)
-                    .and(d::matter_id.eq(self.matter_id)),
+                    .and(m::matter_id.eq(self.matter_id)),
             )
             .order((
                 d::dated.asc().nulls_last(),
                 d::uploaded_at.asc(),
                 d::document_id.asc(),
             ))
-            .select(DocumentRow::as_select())
+            .select((MatterRow::as_select(), Option::<DocumentRow>::as_select()))
             .load(&mut conn)
             .await?;
+        let matter = <[_]>::first(&rows).map(|(m, _)| m.clone());
+        let documents = rows.into_iter().filter_map(|(_, d)| d).collect();
         Ok((matter, documents))
     }
 

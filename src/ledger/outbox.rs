@@ -136,6 +136,22 @@ pub async fn mark_failed(
     )
 }
 
+/// The relay's lease ([`lease_unpublished`]; `$1` the limit, `$2` the lease in seconds). The
+/// leased rows are named by key (`= ANY (ARRAY(...))`): as `IN (subquery)` the planner joined
+/// them to a sequential scan of the whole outbox below some tens of thousands of rows, so every
+/// lease read every retained event (`tests/ledger.rs`
+/// `the_outbox_is_never_read_whole_to_publish_an_event`).
+pub const LEASE_SQL: &str = "UPDATE ops.domain_event_outbox o
+            SET next_attempt_at = ops.now() + make_interval(secs => $2)
+          WHERE o.event_id = ANY (ARRAY(
+                SELECT event_id FROM ops.domain_event_outbox
+                 WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= ops.now())
+                 ORDER BY seq LIMIT $1
+                   FOR UPDATE SKIP LOCKED))
+          RETURNING o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload, o.traceparent,
+                    o.created_at, o.published_at, o.publish_attempts, o.last_error, o.next_attempt_at, o.xact_id,
+                    o.republish_count";
+
 /// Takes up to `limit` publishable events for this relay: one statement locks them
 /// (`SKIP LOCKED`, so concurrent relays on other nodes take other rows) and sets a short
 /// publishing lease in `next_attempt_at`, so no transaction is held while the broker confirms.
@@ -146,22 +162,11 @@ pub async fn lease_unpublished(
     limit: i64,
     lease: std::time::Duration,
 ) -> Result<Vec<super::models::OutboxRow>> {
-    let mut rows: Vec<LeasedRow> = diesel::sql_query(
-        "UPDATE ops.domain_event_outbox o
-            SET next_attempt_at = ops.now() + make_interval(secs => $2)
-          WHERE o.event_id IN (
-                SELECT event_id FROM ops.domain_event_outbox
-                 WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= ops.now())
-                 ORDER BY seq LIMIT $1
-                   FOR UPDATE SKIP LOCKED)
-          RETURNING o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload, o.traceparent,
-                    o.created_at, o.published_at, o.publish_attempts, o.last_error, o.next_attempt_at, o.xact_id,
-                    o.republish_count",
-    )
-    .bind::<diesel::sql_types::BigInt, _>(limit)
-    .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
-    .load(conn)
-    .await?;
+    let mut rows: Vec<LeasedRow> = diesel::sql_query(LEASE_SQL)
+        .bind::<diesel::sql_types::BigInt, _>(limit)
+        .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+        .load(conn)
+        .await?;
     rows.sort_by_key(|r| r.seq);
     Ok(rows.into_iter().map(LeasedRow::into_row).collect())
 }
