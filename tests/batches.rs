@@ -333,3 +333,18 @@ async fn a_lone_claim_through_the_queue_is_answered_at_once() {
 async fn every_planted_bug_fails_a_guarantee_test() {
     common::mutations::assert_caught("batches").await;
 }
+
+/// An embedder spawns commits on a multi-threaded runtime: a [`Commit`]'s attempt, and both
+/// queues, may move between threads (this fails to compile otherwise).
+#[test]
+fn a_commit_and_the_queues_may_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    #[allow(dead_code)]
+    fn attempt_is_send(c: &mut Commit, pool: &briefrail::db::Pool, frame: &Frame) {
+        send(&c.attempt(pool, frame));
+    }
+    send_sync::<briefrail::ledger::CommitQueue>();
+    send_sync::<t::ClaimQueue>();
+    send_sync::<Commit>();
+}

@@ -5,7 +5,9 @@
 //! cost a third of eight transactions. A [`Batcher`] lets callers ask one at a time and sends
 //! what piled up together. It never waits to fill a batch: a request that finds a free lane
 //! goes at once, alone, so an idle node's latency is a single request's. Only requests that
-//! arrive while every lane is busy share the next batch, so batches grow with the load.
+//! arrive while every lane is busy share the next batch, so batches grow with the load. At
+//! idle a request does not even pass through the queue: it takes a free lane and runs in its
+//! caller's task.
 //!
 //! It knows nothing of the ledger: the function it is started with runs one batch (on a
 //! connection of its own) and answers each member in order. A member left without an answer
@@ -13,57 +15,69 @@
 //! request alone: a batch can delay a request, never lose one.
 
 use std::future::Future;
-use std::rc::Rc;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// A queue of requests of type `Q`, each answered with an `A`. Cloning shares the queue.
 pub struct Batcher<Q, A> {
     tx: mpsc::UnboundedSender<(Q, oneshot::Sender<A>)>,
+    lanes: Arc<Semaphore>,
+    run: Run<Q, A>,
 }
 
 impl<Q, A> Clone for Batcher<Q, A> {
     fn clone(&self) -> Self {
         Self {
             tx: self.tx.clone(),
+            lanes: self.lanes.clone(),
+            run: self.run.clone(),
         }
     }
 }
 
-impl<Q: 'static, A: 'static> Batcher<Q, A> {
+impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
     /// Starts the batcher on the current (actix or tokio `LocalSet`) thread: at most `lanes`
     /// batches in flight, at most `max` members each. `run` gets the members in arrival order
     /// and must answer each, in the same order. The batcher stops when its last handle drops.
     pub fn start<F, Fut>(lanes: usize, max: usize, run: F) -> Self
     where
-        F: Fn(Vec<Q>) -> Fut + 'static,
-        Fut: Future<Output = Vec<A>> + 'static,
+        F: Fn(Vec<Q>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<A>> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::task::spawn_local(drive(rx, lanes.max(1), max.max(1), Rc::new(run)));
-        Self { tx }
+        let lanes = Arc::new(Semaphore::new(lanes.max(1)));
+        let run: Run<Q, A> = Arc::new(move |members| Box::pin(run(members)));
+        tokio::task::spawn_local(drive(rx, lanes.clone(), max.max(1), run.clone()));
+        Self { tx, lanes, run }
     }
 
     /// Asks, and waits for the answer. `None`: no batch answered this request (see the module
-    /// doc); the caller does it alone.
+    /// doc); the caller does it alone. A request that finds a lane free and no batch waiting
+    /// for one runs at once in the caller's own task, as a batch of one: no hop through the
+    /// queue at idle.
     pub async fn ask(&self, request: Q) -> Option<A> {
+        if let Ok(lane) = self.lanes.clone().try_acquire_owned() {
+            let answer = (self.run)(vec![request]).await.pop();
+            drop(lane);
+            return answer;
+        }
         let (reply, answer) = oneshot::channel();
         self.tx.send((request, reply)).ok()?;
         answer.await.ok()
     }
 }
 
-async fn drive<Q: 'static, A: 'static, F, Fut>(
+/// Send and Sync, so a handle (and a caller's future that asks) may move between threads.
+type Run<Q, A> = Arc<dyn Fn(Vec<Q>) -> BoxFuture<'static, Vec<A>> + Send + Sync>;
+
+async fn drive<Q: 'static, A: 'static>(
     mut rx: mpsc::UnboundedReceiver<(Q, oneshot::Sender<A>)>,
-    lanes: usize,
+    lanes: Arc<Semaphore>,
     max: usize,
-    run: Rc<F>,
-) where
-    F: Fn(Vec<Q>) -> Fut + 'static,
-    Fut: Future<Output = Vec<A>> + 'static,
-{
-    let lanes = Arc::new(Semaphore::new(lanes));
+    run: Run<Q, A>,
+) {
     while let Some(first) = rx.recv().await {
         // Wait for a lane first: what arrives meanwhile joins this batch.
         let Ok(lane) = lanes.clone().acquire_owned().await else {
@@ -91,7 +105,7 @@ async fn drive<Q: 'static, A: 'static, F, Fut>(
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
+    use std::sync::Mutex;
     use std::time::Duration;
 
     use super::*;
@@ -107,10 +121,10 @@ mod tests {
     #[test]
     fn a_lone_request_goes_at_once_and_a_crowd_shares_batches() {
         on_local(async {
-            let sizes = Rc::new(RefCell::new(Vec::new()));
+            let sizes = Arc::new(Mutex::new(Vec::new()));
             let seen = sizes.clone();
             let b = Batcher::start(1, 64, move |xs: Vec<u32>| {
-                seen.borrow_mut().push(xs.len());
+                seen.lock().unwrap().push(xs.len());
                 async move {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     xs.into_iter().map(|x| x * 2).collect()
@@ -123,7 +137,7 @@ mod tests {
                 (0..10u32).map(|i| Some(i * 2)).collect::<Vec<_>>(),
                 "each member gets its own answer"
             );
-            let sizes = sizes.borrow().clone();
+            let sizes = sizes.lock().unwrap().clone();
             assert_eq!(sizes[0], 1, "alone, it did not wait for company: {sizes:?}");
             assert!(
                 sizes.len() <= 3 && sizes.iter().sum::<usize>() == 11,

@@ -359,6 +359,22 @@ async fn commit_frames(
 ) -> Result<Vec<Option<i64>>> {
     let answers: Vec<Option<i64>> = conn
         .transaction(async |tx| {
+            if let [m] = members {
+                // A batch of one is the frame's own statement (no loop to enter).
+                let answer: Option<i64> = diesel::select(sql::commit_frame(
+                    m.claim.firm_id,
+                    m.claim.matter_id,
+                    m.claim.token,
+                    m.claim.run_id,
+                    m.next_run_id,
+                    m.node_id.as_str(),
+                    m.body.as_str(),
+                ))
+                .get_result(tx)
+                .await?;
+                reached_commit.store(true, Ordering::SeqCst);
+                return Ok::<_, Error>(vec![answer]);
+            }
             let answers: Vec<Option<i64>> = diesel::select(sql::commit_frames(
                 members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
                 members

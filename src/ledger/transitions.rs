@@ -221,6 +221,10 @@ pub async fn claim_batch(
     conn: &mut AsyncPgConnection,
     reqs: &[ClaimRequest],
 ) -> Result<Vec<Option<Claim>>> {
+    if let [one] = reqs {
+        // A batch of one is the claim itself (no loop to enter).
+        return Ok(vec![claim(conn, one).await?]);
+    }
     if reqs.is_empty() {
         return Ok(Vec::new());
     }
