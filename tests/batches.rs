@@ -21,16 +21,19 @@ use uuid::Uuid;
 const NODE: &str = "batch-node";
 
 fn req(firm: Uuid, matter: Uuid) -> ClaimRequest {
-    ClaimRequest {
-        firm_id: firm,
-        matter_id: matter,
-        lease: Duration::from_secs(600),
-        node_id: NODE.into(),
-        trace_id: None,
-        event_ids: vec![],
-        kind: ClaimKind::NewDemand,
-        max_attempts: 5,
+    common::claim_request(NODE, firm, matter)
+}
+
+/// Each matter created in the record and claimed (a new demand), in the order given.
+async fn claimed(c: &mut diesel_async::AsyncPgConnection, firm: Uuid, ids: &[Uuid]) -> Vec<Claim> {
+    let mut claims = Vec::new();
+    for m in ids {
+        facts::create_matter(c, firm, *m, "Batch v. Alone")
+            .await
+            .unwrap();
+        claims.push(t::claim(c, &req(firm, *m)).await.unwrap().unwrap());
     }
+    claims
 }
 
 /// Matter ids in descending order: a batch given in this order is the reverse of the order it
@@ -134,13 +137,7 @@ async fn a_commit_batch_fences_each_member_by_its_own_claim() {
         let mut c = db.pool.get().await.unwrap();
         let firm = Uuid::new_v4();
         let ids = descending(4);
-        let mut claims = Vec::new();
-        for m in &ids {
-            facts::create_matter(&mut c, firm, *m, "Batch v. Fence")
-                .await
-                .unwrap();
-            claims.push(t::claim(&mut c, &req(firm, *m)).await.unwrap().unwrap());
-        }
+        let mut claims = claimed(&mut c, firm, &ids).await;
         // ids[3] has a longer history, so the members' tokens differ (1, 1, 1, 3).
         for _ in 0..2 {
             let frame = Frame::new(json!({}));
@@ -225,13 +222,7 @@ async fn a_refused_frame_in_a_batch_fails_alone_and_the_others_land() {
         let mut c = db.pool.get().await.unwrap();
         let firm = Uuid::new_v4();
         let ids = descending(3);
-        let mut claims = Vec::new();
-        for m in &ids {
-            facts::create_matter(&mut c, firm, *m, "Batch v. Refusal")
-                .await
-                .unwrap();
-            claims.push(t::claim(&mut c, &req(firm, *m)).await.unwrap().unwrap());
-        }
+        let claims = claimed(&mut c, firm, &ids).await;
         let queue = briefrail::ledger::commits_in_batches(db.pool.clone(), 1, 64);
         let commits = claims.iter().enumerate().map(|(i, claim)| {
             let queue = queue.clone();

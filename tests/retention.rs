@@ -14,7 +14,7 @@ use briefrail::config::Settings;
 use briefrail::ledger::inbox::{self, Applied, BRIEF_RAIL};
 use briefrail::ledger::retention as r;
 use briefrail::ledger::transitions::{self as t, ClaimRequest, Frame};
-use briefrail::ledger::{Claim, ClaimKind, MatterRef, facts, outbox, reads};
+use briefrail::ledger::{Claim, MatterRef, facts, outbox, reads};
 use briefrail::node::Node;
 use briefrail::testing::TestDb;
 use diesel::sql_types::{BigInt, Text, Uuid as SqlUuid};
@@ -237,16 +237,7 @@ async fn a_late_copy_of_a_removed_event_changes_nothing_and_is_told_apart_from_a
 const NODE: &str = "retention-node";
 
 fn claim_req(firm: Uuid, matter: Uuid) -> ClaimRequest {
-    ClaimRequest {
-        firm_id: firm,
-        matter_id: matter,
-        lease: Duration::from_secs(600),
-        node_id: NODE.into(),
-        trace_id: None,
-        event_ids: vec![],
-        kind: ClaimKind::NewDemand,
-        max_attempts: 5,
-    }
+    common::claim_request(NODE, firm, matter)
 }
 
 async fn claim(db: &TestDb, firm: Uuid, matter: Uuid) -> Claim {

@@ -6,11 +6,26 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use briefrail::testing::TestDb;
+use uuid::Uuid;
 
 pub mod cluster;
 pub mod flaky;
 pub mod mutations;
 pub mod shell;
+
+/// A claim as a new demand makes it: this node, a ten-minute lease, five attempts.
+pub fn claim_request(node: &str, firm: Uuid, matter: Uuid) -> briefrail::ledger::ClaimRequest {
+    briefrail::ledger::ClaimRequest {
+        firm_id: firm,
+        matter_id: matter,
+        lease: Duration::from_secs(600),
+        node_id: node.into(),
+        trace_id: None,
+        event_ids: vec![],
+        kind: briefrail::ledger::ClaimKind::NewDemand,
+        max_attempts: 5,
+    }
+}
 
 /// A `briefrail run` child process; killed (SIGKILL) when dropped, also if the test panics.
 pub struct NodeProcess {
