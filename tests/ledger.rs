@@ -1632,6 +1632,42 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
         .unwrap()
         .unwrap();
     assert_eq!(frame.run_id, claim.run_id);
+
+    // Through the commit queue (a batch, as a node commits): the answer of the batch's COMMIT is
+    // lost; each member settles it from the ledger.
+    let claims = [
+        won(&db, firm, matter).await,
+        won(&db, firm, Uuid::new_v4()).await,
+    ];
+    armed.store(true, Ordering::SeqCst);
+    let landed = tokio::task::LocalSet::new()
+        .run_until(async {
+            let queue = briefrail::ledger::commits_in_batches(through_proxy.clone(), 1, 64);
+            let commits = claims.iter().map(|claim| {
+                let (queue, pool) = (queue.clone(), through_proxy.clone());
+                async move {
+                    briefrail::ledger::Commit::new(*claim, NODE)
+                        .in_batches(Some(queue))
+                        .attempt(&pool, &Frame::new(json!({"n": 4})))
+                        .await
+                }
+            });
+            futures_util::future::join_all(commits).await
+        })
+        .await;
+    assert_eq!(
+        std::sync::atomic::AtomicUsize::load(&cuts, Ordering::SeqCst),
+        4,
+        "the proxy cut a batch's COMMIT"
+    );
+    for (claim, landed) in claims.iter().zip(landed) {
+        assert_eq!(landed.expect("settled from the ledger"), Landed::Idle);
+        let frame = reads::frame_meta(&mut c, firm, claim.matter_id, claim.token)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.run_id, claim.run_id);
+    }
 }
 
 /// A retried commit whose earlier attempt landed (its answer lost at COMMIT) is settled by the

@@ -190,7 +190,7 @@ async fn claim_cycle(
     // state, not the largest future it will await (100,000 waiting matters stay small).
     // The claim goes with the others asked for meanwhile; only one not won there (a live build
     // holds the matter, or nothing to do) takes a connection of its own for the rest.
-    let first = Box::pin(node.claims.ask(req.clone())).await;
+    let first = Box::pin(node.claims.ask(req.clone())).await.ok();
     if let Some(Some(claim)) = first {
         return Some((claim, slot, trace_id, pending.event_ids));
     }

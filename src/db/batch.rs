@@ -10,15 +10,26 @@
 //! caller's task.
 //!
 //! It knows nothing of the ledger: the function it is started with runs one batch (on a
-//! connection of its own) and answers each member in order. A member left without an answer
-//! (the function returned too few, or the batcher stopped) gets `None` and the caller does its
-//! request alone: a batch can delay a request, never lose one.
+//! connection of its own) and answers each member in order. A request that never reached a
+//! batch gets [`Unanswered::NotSent`] (the caller does it alone); one whose batch ran but gave
+//! it no answer gets [`Unanswered::Lost`]: that batch may have committed, so the caller must
+//! find out from the ledger what happened before it acts again. A member whose caller has gone
+//! is left out of its batch.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// Why [`Batcher::ask`] has no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The request never reached a batch (the batcher has stopped): nothing was done for it.
+    NotSent,
+    /// Its batch ran (or was dropped mid-way, or answered too few): its effect is unknown.
+    Lost,
+}
 
 /// A queue of requests of type `Q`, each answered with an `A`. Cloning shares the queue.
 pub struct Batcher<Q, A> {
@@ -53,19 +64,20 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
         Self { tx, lanes, run }
     }
 
-    /// Asks, and waits for the answer. `None`: no batch answered this request (see the module
-    /// doc); the caller does it alone. A request that finds a lane free and no batch waiting
-    /// for one runs at once in the caller's own task, as a batch of one: no hop through the
-    /// queue at idle.
-    pub async fn ask(&self, request: Q) -> Option<A> {
+    /// Asks, and waits for the answer (see [`Unanswered`] for its absence). A request that
+    /// finds a lane free runs at once in the caller's own task, as a batch of one: no hop
+    /// through the queue at idle.
+    pub async fn ask(&self, request: Q) -> Result<A, Unanswered> {
         if let Ok(lane) = self.lanes.clone().try_acquire_owned() {
-            let answer = (self.run)(vec![request]).await.pop();
+            let answer = (self.run)(vec![request]).await.into_iter().next();
             drop(lane);
-            return answer;
+            return answer.ok_or(Unanswered::Lost);
         }
         let (reply, answer) = oneshot::channel();
-        self.tx.send((request, reply)).ok()?;
-        answer.await.ok()
+        self.tx
+            .send((request, reply))
+            .map_err(|_| Unanswered::NotSent)?;
+        answer.await.map_err(|_| Unanswered::Lost)
     }
 }
 
@@ -89,6 +101,12 @@ async fn drive<Q: 'static, A: 'static>(
                 Ok(m) => members.push(m),
                 Err(_) => break,
             }
+        }
+        // A caller that gave up (timed out, stopped) is not asked for: its effect would have
+        // nobody to hear it.
+        members.retain(|(_, reply)| !reply.is_closed());
+        if members.is_empty() {
+            continue;
         }
         let run = run.clone();
         tokio::task::spawn_local(async move {
@@ -130,11 +148,11 @@ mod tests {
                     xs.into_iter().map(|x| x * 2).collect()
                 }
             });
-            assert_eq!(b.ask(21).await, Some(42));
+            assert_eq!(b.ask(21).await, Ok(42));
             let answers = futures_util::future::join_all((0..10u32).map(|i| b.ask(i))).await;
             assert_eq!(
                 answers,
-                (0..10u32).map(|i| Some(i * 2)).collect::<Vec<_>>(),
+                (0..10u32).map(|i| Ok(i * 2)).collect::<Vec<_>>(),
                 "each member gets its own answer"
             );
             let sizes = sizes.lock().unwrap().clone();
@@ -154,8 +172,8 @@ mod tests {
             });
             let both = futures_util::future::join(b.ask(1), b.ask(2)).await;
             assert!(
-                both.0.is_none() || both.1.is_none(),
-                "a short answer leaves someone with None: {both:?}"
+                both.0 == Err(Unanswered::Lost) || both.1 == Err(Unanswered::Lost),
+                "a short answer leaves someone without, as lost: {both:?}"
             );
         });
     }

@@ -25,7 +25,7 @@ use super::models::Claim;
 use super::sql::{self, bounded};
 use super::states::RunOutcome;
 use crate::db::Pool;
-use crate::db::batch::Batcher;
+use crate::db::batch::{Batcher, Unanswered};
 use crate::error::{Error, Result};
 use crate::schema::ops;
 
@@ -170,7 +170,8 @@ impl Commit {
 
     /// The attempt through the queue, when there is one and the frame has no extra writes.
     /// `None`: commit alone (no queue, extra writes, or the batch left nothing behind and the
-    /// frame must hear its own answer, e.g. a body the database refuses).
+    /// frame must hear its own answer, e.g. a body the database refuses). A lost answer comes
+    /// back as an error at COMMIT, which [`Commit::attempt`] settles from the ledger.
     async fn in_a_batch(
         &self,
         frame: &Frame,
@@ -189,16 +190,22 @@ impl Commit {
         };
         let c = self.claim;
         Ok(match queue.ask(member).await {
-            Some(Batched::Answered(Some(after))) => {
+            Ok(Batched::Answered(Some(after))) => {
                 reached_commit.store(true, Ordering::SeqCst);
                 Some(Ok(landed_from(&c, after, self.next_run_id)))
             }
-            Some(Batched::Answered(None)) => Some(Err(c.fenced())),
-            Some(Batched::AtCommit(why)) => {
+            Ok(Batched::Answered(None)) => Some(Err(c.fenced())),
+            Ok(Batched::AtCommit(why)) => {
                 reached_commit.store(true, Ordering::SeqCst);
                 Some(Err(Error::connection(why)))
             }
-            None => None,
+            // Nothing of it was written: commit alone (a refused body hears its refusal).
+            Ok(Batched::RolledBack) | Err(Unanswered::NotSent) => None,
+            // Its batch may have committed: settled from the ledger, as an error at COMMIT.
+            Err(Unanswered::Lost) => {
+                reached_commit.store(true, Ordering::SeqCst);
+                Some(Err(Error::connection("the commit batch's answer was lost")))
+            }
         })
     }
 
@@ -311,12 +318,14 @@ pub enum Batched {
     Answered(Option<i64>),
     /// The batch's COMMIT failed: whether it landed is unknown until settled from the ledger.
     AtCommit(String),
+    /// The batch failed before its COMMIT, which rolled all of it back: commit alone.
+    RolledBack,
 }
 
 /// A node's commits of frames without extra writes that are ready while earlier ones are on
-/// the wire go in one transaction ([`commit_frames`]). [`crate::db::batch::Batcher::ask`]
-/// answering `None` (the batch failed before its COMMIT, which rolled all of it back) means
-/// "commit alone".
+/// the wire go in one transaction ([`commit_frames`]). A member whose batch rolled back, or
+/// that never reached one, commits alone; one whose answer was lost settles it from the ledger
+/// ([`crate::db::batch::Unanswered`]).
 pub type CommitQueue = Batcher<Member, Batched>;
 
 /// Starts a [`CommitQueue`] on the current thread: `lanes` batches in flight, each on a pooled
@@ -341,7 +350,7 @@ pub fn commits_in_batches(pool: Pool, lanes: usize, max: usize) -> CommitQueue {
                 }
                 Err(e) => {
                     tracing::debug!(members = members.len(), error = %e, "a commit batch failed before its COMMIT; its members commit alone");
-                    Vec::new()
+                    members.iter().map(|_| Batched::RolledBack).collect()
                 }
             }
         }

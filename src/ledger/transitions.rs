@@ -99,7 +99,15 @@ pub async fn demand_for_event(
 /// means a live build holds the matter and this demand is not yet recorded: call
 /// [`record_lost_claim`] (or use [`claim_or_record`], which does the whole dance).
 pub async fn claim(conn: &mut AsyncPgConnection, req: &ClaimRequest) -> Result<Option<Claim>> {
-    let run_id = Uuid::new_v4();
+    claim_as(conn, req, Uuid::new_v4()).await
+}
+
+/// [`claim`] with the run id the caller chose (so it can find its claim again).
+async fn claim_as(
+    conn: &mut AsyncPgConnection,
+    req: &ClaimRequest,
+    run_id: Uuid,
+) -> Result<Option<Claim>> {
     let token: Option<i64> = diesel::select(sql::claim(
         req.firm_id,
         req.matter_id,
@@ -221,14 +229,24 @@ pub async fn claim_batch(
     conn: &mut AsyncPgConnection,
     reqs: &[ClaimRequest],
 ) -> Result<Vec<Option<Claim>>> {
-    if let [one] = reqs {
+    let run_ids: Vec<Uuid> = reqs.iter().map(|_| Uuid::new_v4()).collect();
+    claim_batch_as(conn, reqs, &run_ids).await
+}
+
+/// [`claim_batch`] with the members' run ids chosen by the caller, so that a batch whose
+/// answer was lost can be found again ([`claims_held`]).
+async fn claim_batch_as(
+    conn: &mut AsyncPgConnection,
+    reqs: &[ClaimRequest],
+    run_ids: &[Uuid],
+) -> Result<Vec<Option<Claim>>> {
+    if let ([one], [run_id]) = (reqs, run_ids) {
         // A batch of one is the claim itself (no loop to enter).
-        return Ok(vec![claim(conn, one).await?]);
+        return Ok(vec![claim_as(conn, one, *run_id).await?]);
     }
     if reqs.is_empty() {
         return Ok(Vec::new());
     }
-    let run_ids: Vec<Uuid> = reqs.iter().map(|_| Uuid::new_v4()).collect();
     // An array of arrays must be rectangular in SQL: each member's event ids travel as the
     // literal of a uuid[] (hex and dashes only, nothing to escape).
     let event_ids: Vec<String> = reqs
@@ -244,7 +262,7 @@ pub async fn claim_batch(
         reqs.iter()
             .map(|r| r.lease.as_secs_f64())
             .collect::<Vec<_>>(),
-        &run_ids,
+        run_ids,
         reqs.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>(),
         reqs.iter()
             .map(|r| r.trace_id.as_deref())
@@ -268,7 +286,7 @@ pub async fn claim_batch(
     }
     Ok(reqs
         .iter()
-        .zip(run_ids)
+        .zip(run_ids.iter().copied())
         .zip(tokens)
         .map(|((r, run_id), token)| {
             token.map(|token| Claim {
@@ -282,9 +300,12 @@ pub async fn claim_batch(
 }
 
 /// A node's claims asked for while earlier ones are on the wire go in one [`claim_batch`]
-/// ([`crate::db::batch`]). [`Batcher::ask`] answering `None` (the batch failed, or no batch
-/// answered) means "claim alone": nothing of a failed batch was written (it is one
-/// transaction).
+/// ([`crate::db::batch`]). A batch whose statement failed is settled from the ledger before
+/// anyone acts: its members' run ids are known, so each claim that did commit (the answer lost
+/// with the connection) is answered as won, and every other member as not claimed (its caller
+/// goes on alone, as after a lost claim). Only when even that read fails is a member left
+/// without an answer ([`crate::db::batch::Unanswered`]); it then claims alone, and a claim of
+/// its that had committed waits out its lease, as a single claim's lost answer always did.
 pub type ClaimQueue = Batcher<ClaimRequest, Option<Claim>>;
 
 /// Starts a [`ClaimQueue`] on the current thread: `lanes` batches in flight, each on a pooled
@@ -293,19 +314,55 @@ pub fn claims_in_batches(pool: Pool, lanes: usize, max: usize) -> ClaimQueue {
     Batcher::start(lanes, max, move |reqs: Vec<ClaimRequest>| {
         let pool = pool.clone();
         async move {
+            let run_ids: Vec<Uuid> = reqs.iter().map(|_| Uuid::new_v4()).collect();
             let answers = async {
                 let mut conn = pool.get().await?;
-                claim_batch(&mut conn, &reqs).await
+                claim_batch_as(&mut conn, &reqs, &run_ids).await
             };
             match answers.await {
                 Ok(answers) => answers,
                 Err(e) => {
-                    tracing::debug!(members = reqs.len(), error = %e, "a claim batch failed; its members claim alone");
-                    Vec::new()
+                    tracing::debug!(members = reqs.len(), error = %e, "a claim batch failed; settling it from the ledger");
+                    let held = async {
+                        let mut conn = pool.get().await?;
+                        claims_held(&mut conn, &reqs, &run_ids).await
+                    };
+                    held.await.unwrap_or_default()
                 }
             }
         }
     })
+}
+
+/// The claims of `run_ids` (member `i` asked with `run_ids[i]`) that hold their rows: what a
+/// claim batch whose answer was lost did.
+async fn claims_held(
+    conn: &mut AsyncPgConnection,
+    reqs: &[ClaimRequest],
+    run_ids: &[Uuid],
+) -> Result<Vec<Option<Claim>>> {
+    use crate::schema::ops::matter_frame_jobs::dsl as j;
+    use diesel::{ExpressionMethods, QueryDsl};
+    let held: Vec<(Option<Uuid>, i64)> = j::matter_frame_jobs
+        .filter(j::claimed_run_id.eq_any(run_ids))
+        .filter(j::run_status.eq(RunStatus::Running))
+        .select((j::claimed_run_id, j::claimed_generation))
+        .load(conn)
+        .await?;
+    Ok(reqs
+        .iter()
+        .zip(run_ids)
+        .map(|(r, run_id)| {
+            held.iter()
+                .find(|(id, _)| *id == Some(*run_id))
+                .map(|(_, token)| Claim {
+                    firm_id: r.firm_id,
+                    matter_id: r.matter_id,
+                    token: *token,
+                    run_id: *run_id,
+                })
+        })
+        .collect())
 }
 
 /// **heartbeat**: renew the lease, fenced by token. `Err(Fenced)`: stop building now.
