@@ -126,11 +126,14 @@ impl Commit {
     pub async fn attempt(&mut self, pool: &Pool, frame: &Frame) -> Result<Landed> {
         self.attempts += 1;
         let reached_commit = Arc::new(AtomicBool::new(false));
-        let result = match self.in_a_batch(frame, &reached_commit).await? {
+        // jsonb is parsed from text inside ops.insert_frame, where a refusal keeps its SQLSTATE.
+        let body = serde_json::to_string(&frame.body)
+            .map_err(|e| Error::internal_from("the frame is not serialisable", e))?;
+        let result = match self.in_a_batch(frame, &body, &reached_commit).await {
             Some(result) => result,
             None => {
                 let mut conn = pool.get().await?;
-                self.transaction(&mut conn, frame, reached_commit.clone())
+                self.transaction(&mut conn, frame, &body, reached_commit.clone())
                     .await
             }
         };
@@ -175,21 +178,20 @@ impl Commit {
     async fn in_a_batch(
         &self,
         frame: &Frame,
+        body: &str,
         reached_commit: &AtomicBool,
-    ) -> Result<Option<Result<Landed>>> {
+    ) -> Option<Result<Landed>> {
         let (Some(queue), None) = (&self.queue, &frame.extra) else {
-            return Ok(None);
+            return None;
         };
-        let body = serde_json::to_string(&frame.body)
-            .map_err(|e| Error::internal_from("the frame is not serialisable", e))?;
         let member = Member {
             claim: self.claim,
             next_run_id: self.next_run_id,
             node_id: self.node_id.clone(),
-            body,
+            body: body.to_owned(),
         };
         let c = self.claim;
-        Ok(match queue.ask(member).await {
+        match queue.ask(member).await {
             Ok(Batched::Answered(Some(after))) => {
                 reached_commit.store(true, Ordering::SeqCst);
                 Some(Ok(landed_from(&c, after, self.next_run_id)))
@@ -206,7 +208,7 @@ impl Commit {
                 reached_commit.store(true, Ordering::SeqCst);
                 Some(Err(Error::connection("the commit batch's answer was lost")))
             }
-        })
+        }
     }
 
     /// The transaction itself. `reached_commit` is set just before COMMIT is sent.
@@ -214,15 +216,12 @@ impl Commit {
         &self,
         conn: &mut AsyncPgConnection,
         frame: &Frame,
+        body: &str,
         reached_commit: Arc<AtomicBool>,
     ) -> Result<Landed> {
         let (c, next_run_id, node) = (self.claim, self.next_run_id, self.node_id.as_str());
-        let Frame { body, extra } = frame;
-        // jsonb is parsed from text inside ops.insert_frame, where a refusal keeps its SQLSTATE.
-        let body = serde_json::to_string(body)
-            .map_err(|e| Error::internal_from("the frame is not serialisable", e))?;
-        let Some(extra) = extra else {
-            return self.one_statement(conn, &body, reached_commit).await;
+        let Some(extra) = &frame.extra else {
+            return self.one_statement(conn, body, reached_commit).await;
         };
         conn.transaction(async move |tx| {
             let after: Option<i64> = diesel::select(sql::commit_claim(
@@ -243,7 +242,7 @@ impl Commit {
                 c.matter_id,
                 c.token,
                 c.run_id,
-                &body,
+                body,
             ))
             .get_result(tx)
             .await?;
@@ -366,53 +365,51 @@ async fn commit_frames(
     members: &[Member],
     reached_commit: &AtomicBool,
 ) -> Result<Vec<Option<i64>>> {
-    let answers: Vec<Option<i64>> = conn
-        .transaction(async |tx| {
-            if let [m] = members {
-                // A batch of one is the frame's own statement (no loop to enter).
-                let answer: Option<i64> = diesel::select(sql::commit_frame(
-                    m.claim.firm_id,
-                    m.claim.matter_id,
-                    m.claim.token,
-                    m.claim.run_id,
-                    m.next_run_id,
-                    m.node_id.as_str(),
-                    m.body.as_str(),
-                ))
-                .get_result(tx)
-                .await?;
-                reached_commit.store(true, Ordering::SeqCst);
-                return Ok::<_, Error>(vec![answer]);
-            }
-            let answers: Vec<Option<i64>> = diesel::select(sql::commit_frames(
-                members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
-                members
-                    .iter()
-                    .map(|m| m.claim.matter_id)
-                    .collect::<Vec<_>>(),
-                members.iter().map(|m| m.claim.token).collect::<Vec<_>>(),
-                members.iter().map(|m| m.claim.run_id).collect::<Vec<_>>(),
-                members.iter().map(|m| m.next_run_id).collect::<Vec<_>>(),
-                members
-                    .iter()
-                    .map(|m| m.node_id.as_str())
-                    .collect::<Vec<_>>(),
-                members.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+    conn.transaction(async |tx| {
+        if let [m] = members {
+            // A batch of one is the frame's own statement (no loop to enter).
+            let answer: Option<i64> = diesel::select(sql::commit_frame(
+                m.claim.firm_id,
+                m.claim.matter_id,
+                m.claim.token,
+                m.claim.run_id,
+                m.next_run_id,
+                m.node_id.as_str(),
+                m.body.as_str(),
             ))
             .get_result(tx)
             .await?;
-            if answers.len() != members.len() {
-                return Err(Error::internal(format!(
-                    "ops.commit_frames answered {} of {} frames",
-                    answers.len(),
-                    members.len()
-                )));
-            }
             reached_commit.store(true, Ordering::SeqCst);
-            Ok::<_, Error>(answers)
-        })
+            return Ok::<_, Error>(vec![answer]);
+        }
+        let answers: Vec<Option<i64>> = diesel::select(sql::commit_frames(
+            members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
+            members
+                .iter()
+                .map(|m| m.claim.matter_id)
+                .collect::<Vec<_>>(),
+            members.iter().map(|m| m.claim.token).collect::<Vec<_>>(),
+            members.iter().map(|m| m.claim.run_id).collect::<Vec<_>>(),
+            members.iter().map(|m| m.next_run_id).collect::<Vec<_>>(),
+            members
+                .iter()
+                .map(|m| m.node_id.as_str())
+                .collect::<Vec<_>>(),
+            members.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+        ))
+        .get_result(tx)
         .await?;
-    Ok(answers)
+        if answers.len() != members.len() {
+            return Err(Error::internal(format!(
+                "ops.commit_frames answered {} of {} frames",
+                answers.len(),
+                members.len()
+            )));
+        }
+        reached_commit.store(true, Ordering::SeqCst);
+        Ok::<_, Error>(answers)
+    })
+    .await
 }
 
 /// The hint `ops.commit_frame` gives a body the database refused (its message is the refusal,
