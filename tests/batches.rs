@@ -1,8 +1,9 @@
 //! Claims and commits in batches (`migrations/…000011`, `docs/protocol.md` "Speed: batches"):
 //! a batch shares a round trip and a transaction, never a decision. Each member answers as it
 //! would alone, each compare-and-swap fences its own row, a refused frame fails only its own
-//! build, and two batches over the same rows never deadlock. Against a real Postgres, one
-//! database per test.
+//! build, two batches over the same rows never deadlock (nor a commit batch and a trigger
+//! batch), and a claim batch whose answer is lost is settled by its run ids. Against a real
+//! Postgres, one database per test.
 
 mod common;
 
@@ -296,6 +297,159 @@ async fn two_batches_over_the_same_matters_in_opposite_orders_never_deadlock() {
         failures.first()
     );
     assert_eq!(won, 20 * 24, "each matter won exactly once");
+}
+
+/// Many rounds of a commit batch and a trigger batch over the same claimed matters, the commits
+/// given in descending and the events in ascending order, released together on two
+/// connections: `ops.commit_frames` and `ops.apply_events` lock job rows in one global order, so
+/// one waits for the other and neither is chosen as a deadlock victim. Every frame lands and
+/// every event is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_batch_and_a_trigger_batch_in_opposite_orders_never_deadlock() {
+    use briefrail::ledger::inbox::{self, Applied, BRIEF_RAIL};
+    use briefrail::ledger::outbox;
+    let db = TestDb::new(4).await.unwrap();
+    let firm = Uuid::new_v4();
+    let mut failures = Vec::new();
+    for _ in 0..20 {
+        let ids = descending(24);
+        let mut c = db.pool.get().await.unwrap();
+        let claims = claimed(&mut c, firm, &ids).await;
+        let mut envelopes = Vec::new();
+        for m in ids.iter().rev() {
+            let event = facts::request_brief(&mut c, firm, *m).await.unwrap();
+            envelopes.push(
+                outbox::event(&mut c, event)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .envelope(),
+            );
+        }
+        drop(c);
+        let list =
+            |f: &dyn Fn(&Claim) -> String| claims.iter().map(f).collect::<Vec<_>>().join(",");
+        let batch = format!(
+            "BEGIN; SELECT ops.commit_frames(ARRAY[{}]::uuid[], ARRAY[{}]::uuid[], ARRAY[{}]::bigint[], \
+             ARRAY[{}]::uuid[], ARRAY[{}]::uuid[], ARRAY[{}]::text[], ARRAY[{}]::text[]); COMMIT;",
+            list(&|c| format!("'{}'", c.firm_id)),
+            list(&|c| format!("'{}'", c.matter_id)),
+            list(&|c| c.token.to_string()),
+            list(&|c| format!("'{}'", c.run_id)),
+            list(&|_| format!("'{}'", Uuid::new_v4())),
+            list(&|_| format!("'{NODE}'")),
+            list(&|c| format!("'{{\"token\": {}}}'", c.token)),
+        );
+        let barrier = Arc::new(Barrier::new(2));
+        let commits = {
+            let (pool, barrier) = (db.pool.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let mut c = pool.get().await.expect("conn");
+                barrier.wait().await;
+                c.batch_execute(&batch).await.map_err(|e| e.to_string())
+            })
+        };
+        let trigger = {
+            let (pool, barrier) = (db.pool.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let mut c = pool.get().await.expect("conn");
+                barrier.wait().await;
+                inbox::apply_batch(&mut c, BRIEF_RAIL, &envelopes)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        };
+        if let Err(e) = commits.await.unwrap() {
+            failures.push(format!("commit batch: {e}"));
+        }
+        match trigger.await.unwrap() {
+            Ok(applied) => assert!(
+                applied
+                    .iter()
+                    .all(|a| matches!(a, Applied::Demand { .. } | Applied::Covered)),
+                "every event is applied: {applied:?}"
+            ),
+            Err(e) => failures.push(format!("trigger batch: {e}")),
+        }
+        if !failures.is_empty() {
+            break;
+        }
+        let mut c = db.pool.get().await.unwrap();
+        for claim in &claims {
+            assert!(
+                reads::frame_meta(&mut c, firm, claim.matter_id, claim.token)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "the batch's frame for {} landed",
+                claim.matter_id
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// A claim batch whose answer cannot be used (planted here: after its claims committed, the
+/// database answers one token too many) is settled from the ledger by the run ids the node
+/// chose for its members: each member whose claim holds its row is answered with that claim,
+/// so none waits for its own lease to run out.
+#[tokio::test]
+async fn a_claim_batch_whose_answer_is_unusable_is_settled_by_its_run_ids() {
+    local(async {
+        let db = TestDb::new(3).await.unwrap();
+        let mut c = db.pool.get().await.unwrap();
+        c.batch_execute("CREATE TABLE public.planted_calls (members integer NOT NULL)")
+            .await
+            .unwrap();
+        c.batch_execute(&common::mutations::patched(
+            "claim_batch",
+            &[(
+                "RETURN v_tokens;",
+                "INSERT INTO public.planted_calls VALUES (cardinality(v_tokens));\n    RETURN v_tokens || NULL::bigint;",
+            )],
+        ))
+        .await
+        .unwrap();
+        let firm = Uuid::new_v4();
+        let ids = descending(4);
+        for m in &ids {
+            facts::create_matter(&mut c, firm, *m, "Lost v. Answer")
+                .await
+                .unwrap();
+        }
+        // One lane: the first claim runs alone at once, the other three wait and go together.
+        let queue = t::claims_in_batches(db.pool.clone(), 1, 64);
+        let answers = futures_util::future::join_all(ids.iter().map(|m| queue.ask(req(firm, *m)))).await;
+        let planted: Vec<i32> = {
+            use diesel_async::RunQueryDsl;
+            diesel::sql_query("SELECT members FROM public.planted_calls")
+                .load::<Members>(&mut c)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.members)
+                .collect()
+        };
+        assert_eq!(planted, vec![3], "the three waiting claims went as one batch");
+        for (m, answer) in ids.iter().zip(&answers) {
+            let claim = answer
+                .as_ref()
+                .expect("every member answered")
+                .expect("won: the batch's claim holds the row");
+            let job = reads::job(&mut c, firm, *m).await.unwrap().unwrap();
+            assert_eq!(job.run_status, RunStatus::Running);
+            assert_eq!(job.claimed_generation, claim.token);
+            assert_eq!(job.claimed_run_id, Some(claim.run_id));
+            assert_eq!((claim.firm_id, claim.matter_id), (firm, *m));
+        }
+    })
+    .await;
+}
+
+#[derive(diesel::QueryableByName)]
+struct Members {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    members: i32,
 }
 
 /// A claim in a batch never waits for a fuller batch: at idle, the claim queue answers at once.

@@ -51,8 +51,8 @@ fn live_sql(function: &str) -> String {
 }
 
 /// The live definition of `ops.<function>` (a `CREATE OR REPLACE`), each `(from, to)` replaced
-/// (each `from` must occur exactly once in it).
-fn patched(function: &str, edits: &[(&str, &str)]) -> String {
+/// (each `from` must occur exactly once in it). Also how a test plants a fault of its own.
+pub fn patched(function: &str, edits: &[(&str, &str)]) -> String {
     let sql = live_sql(function);
     let head = format!("CREATE OR REPLACE FUNCTION ops.{function}(");
     let start = sql
@@ -88,6 +88,19 @@ pub fn all() -> Vec<Mutation> {
             },
             killers: &[
                 "batches::two_batches_over_the_same_matters_in_opposite_orders_never_deadlock",
+            ],
+        },
+        Mutation {
+            name: "commit_frames_in_arrival_order",
+            breaks: "batches: a commit batch and a trigger batch lock job rows in one order (no deadlock)",
+            sql: || {
+                patched(
+                    "commit_frames",
+                    &[("ORDER BY x.firm, x.matter, x.n", "ORDER BY x.n")],
+                )
+            },
+            killers: &[
+                "batches::a_commit_batch_and_a_trigger_batch_in_opposite_orders_never_deadlock",
             ],
         },
         Mutation {
