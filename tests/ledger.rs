@@ -1558,6 +1558,52 @@ async fn commit_cutting_proxy() -> (
     (port, armed, cuts)
 }
 
+/// A commit the server refuses hands its pooled connection back outside any transaction: BEGIN
+/// rides with the commit's statement (`db::flight`), so a refusal must end it (ROLLBACK) before
+/// the connection goes back, or the next caller would run inside an aborted transaction (every
+/// statement failing with 25P02). One connection in the pool, so the next caller gets that very
+/// connection; a transaction-local setting that outlives its statement shows a transaction
+/// block left open.
+#[tokio::test]
+async fn a_refused_commit_hands_its_connection_back_outside_any_transaction() {
+    let db = TestDb::new(1).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let claim = won(&db, firm, matter).await;
+    let refused = t::commit(
+        &db.pool,
+        &claim,
+        NODE,
+        &Frame::new(json!({ "summary": "bad \u{0000} char" })),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(briefrail::Error::FrameRefused(_))),
+        "{refused:?}"
+    );
+    let mut c = db.pool.get().await.expect("the same connection");
+    assert!(
+        !in_a_transaction_block(&mut c).await,
+        "the connection came back inside a transaction"
+    );
+}
+
+/// Whether the connection is inside a transaction block (a local setting survives its
+/// statement only there). Fails on an aborted one.
+async fn in_a_transaction_block(c: &mut diesel_async::AsyncPgConnection) -> bool {
+    use diesel::dsl::sql;
+    use diesel::sql_types::{Bool, Text};
+    diesel::select(sql::<Text>("set_config('briefrail.probe', 'in', true)"))
+        .get_result::<String>(c)
+        .await
+        .expect("no aborted transaction left on the connection");
+    diesel::select(sql::<Bool>(
+        "coalesce(current_setting('briefrail.probe', true), '') = 'in'",
+    ))
+    .get_result(c)
+    .await
+    .expect("read the probe")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     use std::sync::atomic::Ordering;

@@ -1,10 +1,12 @@
 //! Connections to the ledger's database: the pool every component shares, the embedded
 //! migrations, the administrative statements that create databases, and the first connection
-//! whose failure names its cause ([`reach`]), and the batching of short transactions
-//! ([`batch`]).
+//! whose failure names its cause ([`reach`]), the batching of short transactions
+//! ([`batch`]), and a one-statement transaction whose BEGIN rides with the statement
+//! ([`flight`]).
 
 pub mod admin;
 pub mod batch;
+pub mod flight;
 pub mod migrate;
 pub mod pool;
 pub mod reach;

@@ -26,6 +26,7 @@ use super::sql::{self, bounded};
 use super::states::RunOutcome;
 use crate::db::Pool;
 use crate::db::batch::{Batcher, Unanswered};
+use crate::db::flight::{self, Flight};
 use crate::error::{Error, Result};
 use crate::schema::ops;
 
@@ -263,9 +264,10 @@ impl Commit {
     }
 
     /// A frame with no extra writes: `ops.commit_frame`, the compare-and-swap and the frame in
-    /// one statement, in its transaction (BEGIN, the statement, COMMIT: three round trips, not
-    /// four). A refused body comes back as SQLSTATE BRF01 with the hint [`FRAME_REFUSED_HINT`];
-    /// as with every statement before COMMIT, an error rolled the transaction back.
+    /// one statement, in its transaction, with BEGIN in the statement's flight (two round
+    /// trips, [`crate::db::flight`]). A refused body comes back as SQLSTATE BRF01 with the hint
+    /// [`FRAME_REFUSED_HINT`]; as with every statement the server refused, nothing was written.
+    /// A failed COMMIT sets `reached_commit`: the outcome is settled from the ledger.
     async fn one_statement(
         &self,
         conn: &mut AsyncPgConnection,
@@ -273,32 +275,32 @@ impl Commit {
         reached_commit: Arc<AtomicBool>,
     ) -> Result<Landed> {
         let (c, next_run_id, node) = (self.claim, self.next_run_id, self.node_id.as_str());
-        conn.transaction(async move |tx| {
-            let answer = diesel::select(sql::commit_frame(
-                c.firm_id,
-                c.matter_id,
-                c.token,
-                c.run_id,
-                next_run_id,
-                node,
-                body,
-            ))
-            .get_result::<Option<i64>>(tx)
-            .await;
-            let after = match answer {
-                Ok(Some(after)) => after,
-                Ok(None) => return Err(c.fenced()),
-                Err(diesel::result::Error::DatabaseError(_, info))
-                    if info.hint() == Some(FRAME_REFUSED_HINT) =>
-                {
-                    return Err(Error::FrameRefused(info.message().to_owned()));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            reached_commit.store(true, Ordering::SeqCst);
-            Ok(landed_from(&c, after, next_run_id))
-        })
-        .await
+        let shared: &AsyncPgConnection = conn;
+        let mut on = shared;
+        let statement = diesel::select(sql::commit_frame(
+            c.firm_id,
+            c.matter_id,
+            c.token,
+            c.run_id,
+            next_run_id,
+            node,
+            body,
+        ))
+        .get_result::<Option<i64>>(&mut on);
+        match flight::begin_with(shared, statement).await {
+            Flight::Committed(Some(after)) => Ok(landed_from(&c, after, next_run_id)),
+            Flight::Committed(None) => Err(c.fenced()),
+            Flight::Refused(diesel::result::Error::DatabaseError(_, info))
+                if info.hint() == Some(FRAME_REFUSED_HINT) =>
+            {
+                Err(Error::FrameRefused(info.message().to_owned()))
+            }
+            Flight::Refused(e) | Flight::NotCommitted(e) => Err(e.into()),
+            Flight::Unknown(e) => {
+                reached_commit.store(true, Ordering::SeqCst);
+                Err(e.into())
+            }
+        }
     }
 }
 
@@ -356,33 +358,38 @@ pub fn commits_in_batches(pool: Pool, lanes: usize, max: usize) -> CommitQueue {
     })
 }
 
-/// **commit** of many frames in one transaction (BEGIN, `ops.commit_frames`, COMMIT): each
-/// member is `ops.commit_frame` with its own claim, so each compare-and-swap fences its own row;
-/// element `i` answers `members[i]`. Any error rolls the whole batch back, except one at COMMIT
-/// (`reached_commit` is set just before it is sent), whose outcome each member settles.
+/// **commit** of many frames in one transaction (BEGIN in the flight of `ops.commit_frames`,
+/// then COMMIT: [`crate::db::flight`]): each member is `ops.commit_frame` with its own claim,
+/// so each compare-and-swap fences its own row; element `i` answers `members[i]`. Any error
+/// before COMMIT rolled the whole batch back; a failed COMMIT (or answers that cannot be
+/// matched to the members, after it) sets `reached_commit`, and each member settles it.
 async fn commit_frames(
     conn: &mut AsyncPgConnection,
     members: &[Member],
     reached_commit: &AtomicBool,
 ) -> Result<Vec<Option<i64>>> {
-    conn.transaction(async |tx| {
-        if let [m] = members {
-            // A batch of one is the frame's own statement (no loop to enter).
-            let answer: Option<i64> = diesel::select(sql::commit_frame(
-                m.claim.firm_id,
-                m.claim.matter_id,
-                m.claim.token,
-                m.claim.run_id,
-                m.next_run_id,
-                m.node_id.as_str(),
-                m.body.as_str(),
-            ))
-            .get_result(tx)
-            .await?;
-            reached_commit.store(true, Ordering::SeqCst);
-            return Ok::<_, Error>(vec![answer]);
+    let shared: &AsyncPgConnection = conn;
+    let mut on = shared;
+    let flown = if let [m] = members {
+        // A batch of one is the frame's own statement (no loop to enter).
+        let statement = diesel::select(sql::commit_frame(
+            m.claim.firm_id,
+            m.claim.matter_id,
+            m.claim.token,
+            m.claim.run_id,
+            m.next_run_id,
+            m.node_id.as_str(),
+            m.body.as_str(),
+        ))
+        .get_result::<Option<i64>>(&mut on);
+        match flight::begin_with(shared, statement).await {
+            Flight::Committed(answer) => Flight::Committed(vec![answer]),
+            Flight::Refused(e) => Flight::Refused(e),
+            Flight::NotCommitted(e) => Flight::NotCommitted(e),
+            Flight::Unknown(e) => Flight::Unknown(e),
         }
-        let answers: Vec<Option<i64>> = diesel::select(sql::commit_frames(
+    } else {
+        let statement = diesel::select(sql::commit_frames(
             members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
             members
                 .iter()
@@ -397,19 +404,26 @@ async fn commit_frames(
                 .collect::<Vec<_>>(),
             members.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
         ))
-        .get_result(tx)
-        .await?;
-        if answers.len() != members.len() {
-            return Err(Error::internal(format!(
+        .get_result::<Vec<Option<i64>>>(&mut on);
+        flight::begin_with(shared, statement).await
+    };
+    match flown {
+        Flight::Committed(answers) if answers.len() == members.len() => Ok(answers),
+        Flight::Committed(answers) => {
+            // Committed, but the answers cannot be matched to the members: each settles.
+            reached_commit.store(true, Ordering::SeqCst);
+            Err(Error::internal(format!(
                 "ops.commit_frames answered {} of {} frames",
                 answers.len(),
                 members.len()
-            )));
+            )))
         }
-        reached_commit.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(answers)
-    })
-    .await
+        Flight::Refused(e) | Flight::NotCommitted(e) => Err(e.into()),
+        Flight::Unknown(e) => {
+            reached_commit.store(true, Ordering::SeqCst);
+            Err(e.into())
+        }
+    }
 }
 
 /// The hint `ops.commit_frame` gives a body the database refused (its message is the refusal,
