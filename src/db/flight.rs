@@ -35,6 +35,18 @@ pub enum Flight<T> {
     Unknown(DieselError),
 }
 
+impl<T> Flight<T> {
+    /// The same outcome with the committed answer mapped.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Flight<U> {
+        match self {
+            Flight::Committed(answer) => Flight::Committed(f(answer)),
+            Flight::Refused(e) => Flight::Refused(e),
+            Flight::NotCommitted(e) => Flight::NotCommitted(e),
+            Flight::Unknown(e) => Flight::Unknown(e),
+        }
+    }
+}
+
 /// BEGIN and `statement` (a query issued on `conn`, not yet polled) in one flight, then COMMIT.
 pub async fn begin_with<T, S>(conn: &AsyncPgConnection, statement: S) -> Flight<T>
 where

@@ -382,12 +382,9 @@ async fn commit_frames(
             m.body.as_str(),
         ))
         .get_result::<Option<i64>>(&mut on);
-        match flight::begin_with(shared, statement).await {
-            Flight::Committed(answer) => Flight::Committed(vec![answer]),
-            Flight::Refused(e) => Flight::Refused(e),
-            Flight::NotCommitted(e) => Flight::NotCommitted(e),
-            Flight::Unknown(e) => Flight::Unknown(e),
-        }
+        flight::begin_with(shared, statement)
+            .await
+            .map(|answer| vec![answer])
     } else {
         let statement = diesel::select(sql::commit_frames(
             members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
