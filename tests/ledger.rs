@@ -1587,6 +1587,75 @@ async fn a_refused_commit_hands_its_connection_back_outside_any_transaction() {
     );
 }
 
+/// A commit that lands, and one the server refuses, give their connection back to the pool
+/// (the flight marks it broken only while its transaction is open): one connection in the
+/// pool, the same server process before and after.
+#[tokio::test]
+async fn a_commit_gives_its_connection_back_to_the_pool() {
+    use diesel::dsl::sql;
+    use diesel::sql_types::Integer;
+    let db = TestDb::new(1).await.expect("test db");
+    let backend = |pool: briefrail::db::Pool| async move {
+        let mut c = pool.get().await.expect("a connection");
+        diesel::select(sql::<Integer>("pg_backend_pid()"))
+            .get_result::<i32>(&mut c)
+            .await
+            .expect("its backend")
+    };
+    let before = backend(db.pool.clone()).await;
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let claim = won(&db, firm, matter).await;
+    commit(&db, &claim).await.expect("landed");
+    let claim = won(&db, firm, matter).await;
+    let refused = t::commit(
+        &db.pool,
+        &claim,
+        NODE,
+        &Frame::new(json!({ "summary": "bad \u{0000} char" })),
+    )
+    .await;
+    assert!(matches!(refused, Err(briefrail::Error::FrameRefused(_))));
+    assert_eq!(
+        backend(db.pool.clone()).await,
+        before,
+        "the pool kept its connection"
+    );
+}
+
+/// A commit whose caller gives up mid-flight (a timeout drops its future while its statement
+/// waits for a row lock, inside its transaction) never hands its pool a connection inside that
+/// open transaction, which would swallow the next caller's writes: the pool discards it. One
+/// connection in the pool, so the next caller would get that very one.
+#[tokio::test]
+async fn a_commit_dropped_mid_flight_never_leaves_its_connection_in_a_transaction() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new(1).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let claim = won(&db, firm, matter).await;
+    let mut holder = db.connection().await.expect("a connection of its own");
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM ops.matter_frame_jobs WHERE matter_id = '{matter}' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        t::commit(&db.pool, &claim, NODE, &Frame::new(json!({ "n": 1 }))),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the commit waited for the row lock: {gave_up:?}"
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let mut c = db.pool.get().await.expect("a connection");
+    assert!(
+        !in_a_transaction_block(&mut c).await,
+        "the pool handed out the dropped commit's open transaction"
+    );
+}
+
 /// Whether the connection is inside a transaction block (a local setting survives its
 /// statement only there). Fails on an aborted one.
 async fn in_a_transaction_block(c: &mut diesel_async::AsyncPgConnection) -> bool {

@@ -16,11 +16,20 @@
 //!
 //! BEGIN is sent first (a future sends its request when it is first polled, and BEGIN's is
 //! polled first), so the statement, prepared or not, runs inside the transaction.
+//!
+//! The transaction is outside diesel's transaction manager, which is what tells the pool a
+//! connection was left mid-transaction. So [`hold`] marks the connection broken for the
+//! flight's duration and [`release`] marks it sound once the transaction has ended: a caller
+//! whose future is dropped mid-flight (a timeout, a shutdown) leaves a connection the pool
+//! discards, never one inside an open transaction that would swallow the next caller's writes.
 
 use std::future::Future;
 
+use diesel::connection::TransactionManagerStatus;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::{
+    AnsiTransactionManager, AsyncPgConnection, SimpleAsyncConnection, TransactionManager,
+};
 
 /// What a flight's database said.
 #[derive(Debug)]
@@ -48,6 +57,7 @@ impl<T> Flight<T> {
 }
 
 /// BEGIN and `statement` (a query issued on `conn`, not yet polled) in one flight, then COMMIT.
+/// Between [`hold`] and [`release`].
 pub async fn begin_with<T, S>(conn: &AsyncPgConnection, statement: S) -> Flight<T>
 where
     S: Future<Output = Result<T, DieselError>>,
@@ -76,6 +86,20 @@ where
             let _ = on.batch_execute("ROLLBACK").await;
             Flight::Unknown(e)
         }
+    }
+}
+
+/// Marks `conn` broken until [`release`]: taken before a flight.
+pub fn hold(conn: &mut AsyncPgConnection) {
+    AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
+}
+
+/// Marks `conn` sound again after a flight that ended its transaction (committed, or rolled
+/// back). After an unknown outcome it stays broken: the pool drops it.
+pub fn release<T>(conn: &mut AsyncPgConnection, flight: &Flight<T>) {
+    if !matches!(flight, Flight::Unknown(_)) {
+        *AnsiTransactionManager::transaction_manager_status_mut(conn) =
+            TransactionManagerStatus::default();
     }
 }
 

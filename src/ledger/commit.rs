@@ -275,19 +275,24 @@ impl Commit {
         reached_commit: Arc<AtomicBool>,
     ) -> Result<Landed> {
         let (c, next_run_id, node) = (self.claim, self.next_run_id, self.node_id.as_str());
-        let shared: &AsyncPgConnection = conn;
-        let mut on = shared;
-        let statement = diesel::select(sql::commit_frame(
-            c.firm_id,
-            c.matter_id,
-            c.token,
-            c.run_id,
-            next_run_id,
-            node,
-            body,
-        ))
-        .get_result::<Option<i64>>(&mut on);
-        match flight::begin_with(shared, statement).await {
+        flight::hold(conn);
+        let flown = {
+            let shared: &AsyncPgConnection = conn;
+            let mut on = shared;
+            let statement = diesel::select(sql::commit_frame(
+                c.firm_id,
+                c.matter_id,
+                c.token,
+                c.run_id,
+                next_run_id,
+                node,
+                body,
+            ))
+            .get_result::<Option<i64>>(&mut on);
+            flight::begin_with(shared, statement).await
+        };
+        flight::release(conn, &flown);
+        match flown {
             Flight::Committed(Some(after)) => Ok(landed_from(&c, after, next_run_id)),
             Flight::Committed(None) => Err(c.fenced()),
             Flight::Refused(diesel::result::Error::DatabaseError(_, info))
@@ -368,6 +373,7 @@ async fn commit_frames(
     members: &[Member],
     reached_commit: &AtomicBool,
 ) -> Result<Vec<Option<i64>>> {
+    flight::hold(conn);
     let shared: &AsyncPgConnection = conn;
     let mut on = shared;
     let flown = if let [m] = members {
@@ -404,6 +410,7 @@ async fn commit_frames(
         .get_result::<Vec<Option<i64>>>(&mut on);
         flight::begin_with(shared, statement).await
     };
+    flight::release(conn, &flown);
     match flown {
         Flight::Committed(answers) if answers.len() == members.len() => Ok(answers),
         Flight::Committed(answers) => {
