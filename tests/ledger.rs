@@ -1558,6 +1558,21 @@ async fn commit_cutting_proxy() -> (
     (port, armed, cuts)
 }
 
+/// Commits a frame whose body the database refuses (a `\u0000`, 22P05): refused, nothing lands.
+async fn commit_refused(db: &TestDb, claim: &Claim) {
+    let refused = t::commit(
+        &db.pool,
+        claim,
+        NODE,
+        &Frame::new(json!({ "summary": "bad \u{0000} char" })),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(briefrail::Error::FrameRefused(_))),
+        "{refused:?}"
+    );
+}
+
 /// A commit the server refuses hands its pooled connection back outside any transaction: BEGIN
 /// rides with the commit's statement (`db::flight`), so a refusal must end it (ROLLBACK) before
 /// the connection goes back, or the next caller would run inside an aborted transaction (every
@@ -1569,17 +1584,7 @@ async fn a_refused_commit_hands_its_connection_back_outside_any_transaction() {
     let db = TestDb::new(1).await.expect("test db");
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let claim = won(&db, firm, matter).await;
-    let refused = t::commit(
-        &db.pool,
-        &claim,
-        NODE,
-        &Frame::new(json!({ "summary": "bad \u{0000} char" })),
-    )
-    .await;
-    assert!(
-        matches!(refused, Err(briefrail::Error::FrameRefused(_))),
-        "{refused:?}"
-    );
+    commit_refused(&db, &claim).await;
     let mut c = db.pool.get().await.expect("the same connection");
     assert!(
         !in_a_transaction_block(&mut c).await,
@@ -1607,14 +1612,7 @@ async fn a_commit_gives_its_connection_back_to_the_pool() {
     let claim = won(&db, firm, matter).await;
     commit(&db, &claim).await.expect("landed");
     let claim = won(&db, firm, matter).await;
-    let refused = t::commit(
-        &db.pool,
-        &claim,
-        NODE,
-        &Frame::new(json!({ "summary": "bad \u{0000} char" })),
-    )
-    .await;
-    assert!(matches!(refused, Err(briefrail::Error::FrameRefused(_))));
+    commit_refused(&db, &claim).await;
     assert_eq!(
         backend(db.pool.clone()).await,
         before,
