@@ -132,6 +132,19 @@ pub fn all() -> Vec<Mutation> {
             killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
         },
         Mutation {
+            name: "transitions_plan_by_statistics",
+            breaks: "speed: a ledger analyzed while empty still reads each row by key",
+            // Migration 000012's own down: the transitions plan by the statistics alone again.
+            sql: || {
+                std::fs::read_to_string(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("migrations/2026-12-02-000012_plans_by_key/down.sql"),
+                )
+                .expect("read migration 000012's down.sql")
+            },
+            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+        },
+        Mutation {
             name: "clock_offset_kept_for_the_session",
             breaks: "6: the ledger clock is the database's, as every connection reads it now",
             sql: || {

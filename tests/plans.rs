@@ -1,0 +1,139 @@
+//! Plans that read a matter's rows by key whatever the statistics say (`migrations/…000012`,
+//! `docs/protocol.md` "Speed: plans by key").
+//!
+//! A ledger whose tables were analyzed while empty (a fresh install after `vacuumdb --analyze`,
+//! or an `ANALYZE` before the first import) made every transition plan sequential scans, kept
+//! for the session's life: serving N matters read O(N²) rows until autovacuum analyzed again.
+//! The test runs every transition the rail calls, many times, in one transaction on such a
+//! ledger, and counts that transaction's sequential scans of the ledger's tables.
+
+mod common;
+
+use briefrail::testing::TestDb;
+use diesel::sql_types::{BigInt, Text};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+
+/// Each transition, thirty times (plpgsql keeps a generic plan from the sixth call): the trigger
+/// (one event applied, then one drained), the claim and its lost-claim path, the heartbeat, the
+/// commit with its follow-up, the follow-up's lease, a failure, claims and commits in batches,
+/// the multi-statement commit (compare-and-swap, then the frame), a release and a fenced run.
+const WORKLOAD: &str = r#"
+DO $$
+DECLARE
+    f     uuid := gen_random_uuid();
+    heard text[] := ARRAY['document.uploaded'];
+    m     uuid;
+    e     uuid;
+    r1    uuid;
+    r2    uuid;
+    r3    uuid;
+    t     bigint;
+BEGIN
+    FOR i IN 1..30 LOOP
+        m := gen_random_uuid();
+        INSERT INTO record.matters (firm_id, matter_id, title) VALUES (f, m, 'Plan ' || i);
+        e := gen_random_uuid();
+        INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+        VALUES (e, f, m, 'document.uploaded');
+        PERFORM ops.apply_events('plans', ARRAY[e], heard);
+
+        r1 := gen_random_uuid();
+        t := ops.claim(f, m, 600, r1, 'n', NULL, ARRAY[e], true, 5);
+        IF t IS NULL THEN RAISE EXCEPTION 'matter %: the nudged claim was not won', i; END IF;
+        IF NOT ops.heartbeat(f, m, t, r1) THEN RAISE EXCEPTION 'matter %: heartbeat fenced', i; END IF;
+        IF ops.claim(f, m, 600, gen_random_uuid(), 'n', NULL, '{}', false, 5) IS NOT NULL THEN
+            RAISE EXCEPTION 'matter %: a second claim won over a live build', i;
+        END IF;
+        IF ops.record_lost_claim(f, m) IS NULL THEN RAISE EXCEPTION 'matter %: lost claim not recorded', i; END IF;
+
+        r2 := gen_random_uuid();
+        t := ops.commit_frame(f, m, t, r1, r2, 'n', '{"step": 1}');
+        IF coalesce(t, 0) = 0 THEN RAISE EXCEPTION 'matter %: no follow-up claimed', i; END IF;
+        IF NOT ops.start_lease(f, m, r2) THEN RAISE EXCEPTION 'matter %: follow-up lease', i; END IF;
+        IF NOT ops.fail_claim(f, m, t, r2, 'planned failure', false, 5, 1, 10) THEN
+            RAISE EXCEPTION 'matter %: failure not recorded', i;
+        END IF;
+
+        INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+        VALUES (gen_random_uuid(), f, m, 'document.uploaded');
+        PERFORM ops.drain_outbox('plans', 10, heard);
+        r3 := gen_random_uuid();
+        t := (ops.claim_batch(ARRAY[f], ARRAY[m], ARRAY[600::float8], ARRAY[r3], ARRAY['n'],
+                              ARRAY[NULL::text], ARRAY['{}'], ARRAY[true], ARRAY[5]))[1];
+        IF t IS NULL THEN RAISE EXCEPTION 'matter %: the batched claim was not won', i; END IF;
+        IF (ops.commit_frames(ARRAY[f], ARRAY[m], ARRAY[t], ARRAY[r3], ARRAY[gen_random_uuid()],
+                              ARRAY['n'], ARRAY['{"step": 2}']))[1] IS DISTINCT FROM 0 THEN
+            RAISE EXCEPTION 'matter %: the batched commit did not land', i;
+        END IF;
+
+        r1 := gen_random_uuid();
+        t := ops.claim(f, m, 600, r1, 'n', NULL, '{}', false, 5);
+        IF ops.commit_claim(f, m, t, r1, gen_random_uuid(), 'n') IS DISTINCT FROM 0 THEN
+            RAISE EXCEPTION 'matter %: the compare-and-swap did not land', i;
+        END IF;
+        IF ops.insert_frame(f, m, t, r1, '{"step": 3}') IS NOT NULL THEN
+            RAISE EXCEPTION 'matter %: the frame was refused', i;
+        END IF;
+
+        r1 := gen_random_uuid();
+        t := ops.claim(f, m, 600, r1, 'n', NULL, '{}', false, 5);
+        IF NOT ops.release_claim(f, m, t, r1, 'planned release') THEN
+            RAISE EXCEPTION 'matter %: release not recorded', i;
+        END IF;
+        PERFORM ops.record_fenced(r1, 'planned fence');
+    END LOOP;
+END
+$$;
+"#;
+
+#[derive(diesel::QueryableByName)]
+struct Scans {
+    #[diesel(sql_type = Text)]
+    tables: String,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Frames {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_analyzed_while_empty_still_reads_each_row_by_key() {
+    let db = TestDb::new(1).await.expect("test db");
+    let mut c = db.connection().await.expect("connection");
+    // Every table is empty now: the planner will believe them empty.
+    c.batch_execute("ANALYZE").await.expect("analyze");
+    c.batch_execute("BEGIN").await.expect("begin");
+    c.batch_execute(WORKLOAD)
+        .await
+        .expect("every transition answered as it should");
+    // This transaction's own scans (read before anything here scans a table itself).
+    // ops.ledger_clock is one row without an index: reading it is a scan by design.
+    let seen: Scans = diesel::sql_query(
+        "SELECT coalesce(string_agg(schemaname || '.' || relname || ': ' || seq_scan, ', '
+                                    ORDER BY relname), '') AS tables
+           FROM pg_stat_xact_user_tables
+          WHERE seq_scan > 0 AND schemaname IN ('ops', 'record') AND relname <> 'ledger_clock'",
+    )
+    .get_result(&mut c)
+    .await
+    .expect("read the transaction's scans");
+    let frames: Frames = diesel::sql_query("SELECT count(*) AS n FROM ops.matter_frames")
+        .get_result(&mut c)
+        .await
+        .expect("count the frames");
+    c.batch_execute("ROLLBACK").await.expect("rollback");
+    assert_eq!(frames.n, 90, "thirty matters, three frames each");
+    assert!(
+        seen.tables.is_empty(),
+        "transitions scanned whole ledger tables on a ledger analyzed while empty: {}",
+        seen.tables
+    );
+}
+
+/// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_planted_bug_fails_a_guarantee_test() {
+    common::mutations::assert_caught("plans").await;
+}
