@@ -1,7 +1,8 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
 //! retention's `ops.prune_*`, `…000009` for the hot transitions and `ops.apply_events`, `…000010`
-//! for `ops.release_claim`, `…000011` for the batches), and
+//! for `ops.release_claim`, `…000011` for the batches, `…000013` for the claim, lost claim, heartbeat,
+//! commit's compare-and-swap and follow-up lease), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -28,7 +29,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 6] = [
+const LIVE_HOMES: [&str; 7] = [
+    "migrations/2026-12-02-000013_rows_by_their_key/up.sql",
     "migrations/2026-12-02-000011_batched_claims_and_commits/up.sql",
     "migrations/2026-12-01-000010_operator_console/up.sql",
     "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
@@ -141,6 +143,34 @@ pub fn all() -> Vec<Mutation> {
                         .join("migrations/2026-12-02-000012_plans_by_key/down.sql"),
                 )
                 .expect("read migration 000012's down.sql")
+            },
+            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+        },
+        Mutation {
+            name: "commit_reads_its_row_by_the_running_index",
+            breaks: "speed: a transition reads its job row by its key, not through a partial index",
+            sql: || {
+                patched(
+                    "commit_claim",
+                    &[(
+                        "j.run_status IS NOT DISTINCT FROM 'running'",
+                        "j.run_status = 'running'",
+                    )],
+                )
+            },
+            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+        },
+        Mutation {
+            name: "superseded_runs_closed_by_a_join",
+            breaks: "speed: a claim closes superseded runs by its matter's key",
+            sql: || {
+                patched(
+                    "claim",
+                    &[(
+                        "WHERE r.firm_id = p_firm AND r.matter_id = p_matter AND r.outcome = 'running'\n           AND EXISTS (SELECT 1 FROM claimed)",
+                        "FROM claimed c\n         WHERE r.firm_id = c.firm_id AND r.matter_id = c.matter_id AND r.outcome = 'running'",
+                    )],
+                )
             },
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
