@@ -173,6 +173,47 @@ async fn a_ledger_analyzed_while_empty_still_reads_each_row_by_key() {
     );
 }
 
+#[derive(diesel::QueryableByName)]
+struct Unguarded {
+    #[diesel(sql_type = Text)]
+    functions: String,
+}
+
+/// A disabled scan is costed past `jit_above_cost`: a transition that disables sequential
+/// scans and leaves JIT on compiled the one statement that still scans (the ledger clock's
+/// single row) at every transaction, 30 ms each (a plain claim ran 22 times a second instead of
+/// 1,273; perf showed LLVM in every frame). Every function that disables them turns JIT off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transition_that_disables_scans_never_compiles_its_statements() {
+    let db = TestDb::new(1).await.expect("test db");
+    let mut c = db.connection().await.expect("connection");
+    let seen: Unguarded = diesel::sql_query(
+        "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.proname), '') AS functions
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'ops' AND 'enable_seqscan=off' = ANY (p.proconfig)
+            AND NOT ('jit=off' = ANY (p.proconfig))",
+    )
+    .get_result(&mut c)
+    .await
+    .expect("read the functions' settings");
+    assert!(
+        seen.functions.is_empty(),
+        "functions that disable sequential scans but leave JIT on: {}",
+        seen.functions
+    );
+    let guarded: Frames = diesel::sql_query(
+        "SELECT count(*) AS n FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'ops' AND 'enable_seqscan=off' = ANY (p.proconfig)",
+    )
+    .get_result(&mut c)
+    .await
+    .expect("count the guarded functions");
+    assert_eq!(
+        guarded.n, 16,
+        "every transition of migration 000012 disables sequential scans"
+    );
+}
+
 /// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {

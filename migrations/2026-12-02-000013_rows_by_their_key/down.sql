@@ -1,8 +1,8 @@
--- Back to 000009's definitions (000005's fail_claim, 000010's release_claim), with 000012's setting.
+-- Back to 000009's definitions (000005's fail_claim, 000010's release_claim), with 000012's settings.
 CREATE OR REPLACE FUNCTION ops.claim(p_firm uuid, p_matter uuid, p_lease_secs double precision,
                           p_run_id uuid, p_node text, p_trace_id text, p_event_ids uuid[],
                           p_only_unserved boolean, p_max_attempts integer)
-RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result bigint;
 BEGIN
@@ -52,7 +52,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ops.record_lost_claim(p_firm uuid, p_matter uuid)
-RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result bigint;
 BEGIN
@@ -69,7 +69,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ops.heartbeat(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid)
-RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result boolean;
 BEGIN
@@ -93,7 +93,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION ops.commit_claim(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid,
                                  p_next_run_id uuid, p_node text)
-RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result bigint;
 BEGIN
@@ -141,7 +141,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ops.start_lease(p_firm uuid, p_matter uuid, p_run_id uuid)
-RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result boolean;
 BEGIN
@@ -166,7 +166,7 @@ CREATE OR REPLACE FUNCTION ops.fail_claim(p_firm uuid, p_matter uuid, p_token bi
                                p_error text, p_permanent boolean, p_max_attempts integer,
                                p_backoff_base_secs double precision,
                                p_backoff_max_secs double precision)
-RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off SET jit = off AS $$
     WITH failed AS (
         UPDATE ops.matter_frame_jobs j SET
             run_status           = 'failed',
@@ -193,7 +193,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION ops.release_claim(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid,
                                   p_reason text)
-RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off SET jit = off AS $$
     WITH released AS (
         UPDATE ops.matter_frame_jobs
            SET run_status = 'idle', not_before = NULL, updated_at = ops.now()

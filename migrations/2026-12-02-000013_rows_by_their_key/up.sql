@@ -17,14 +17,14 @@
 --   * the claim closes superseded runs by the matter's key (`r.firm_id = p_firm ...`), an index
 --     condition on matter_frame_runs_open, instead of a join to the claimed row that the plan
 --     evaluated as a filter over the whole index.
--- Each keeps 000012's `SET enable_seqscan = off` (a CREATE OR REPLACE drops a setting it does
--- not repeat). tests/plans.rs counts, over every transition, the scans of these indexes and the
+-- Each keeps 000012's `SET enable_seqscan = off SET jit = off` (a CREATE OR REPLACE drops a
+-- setting it does not repeat). tests/plans.rs counts, over every transition, the scans of these indexes and the
 -- entries they read.
 
 CREATE OR REPLACE FUNCTION ops.claim(p_firm uuid, p_matter uuid, p_lease_secs double precision,
                           p_run_id uuid, p_node text, p_trace_id text, p_event_ids uuid[],
                           p_only_unserved boolean, p_max_attempts integer)
-RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result bigint;
 BEGIN
@@ -74,7 +74,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ops.record_lost_claim(p_firm uuid, p_matter uuid)
-RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result bigint;
 BEGIN
@@ -91,7 +91,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ops.heartbeat(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid)
-RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result boolean;
 BEGIN
@@ -115,7 +115,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION ops.commit_claim(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid,
                                  p_next_run_id uuid, p_node text)
-RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result bigint;
 BEGIN
@@ -163,7 +163,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ops.start_lease(p_firm uuid, p_matter uuid, p_run_id uuid)
-RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_result boolean;
 BEGIN
@@ -190,7 +190,7 @@ CREATE OR REPLACE FUNCTION ops.fail_claim(p_firm uuid, p_matter uuid, p_token bi
                                p_error text, p_permanent boolean, p_max_attempts integer,
                                p_backoff_base_secs double precision,
                                p_backoff_max_secs double precision)
-RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off SET jit = off AS $$
     WITH failed AS (
         UPDATE ops.matter_frame_jobs j SET
             run_status           = 'failed',
@@ -217,7 +217,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION ops.release_claim(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid,
                                   p_reason text)
-RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE sql VOLATILE SET enable_seqscan = off SET jit = off AS $$
     WITH released AS (
         UPDATE ops.matter_frame_jobs
            SET run_status = 'idle', not_before = NULL, updated_at = ops.now()

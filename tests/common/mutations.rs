@@ -147,6 +147,14 @@ pub fn all() -> Vec<Mutation> {
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
+            name: "claim_compiles_its_statements",
+            breaks: "speed: a transition that disables sequential scans turns JIT off",
+            sql: || {
+                "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET jit;".into()
+            },
+            killers: &["plans::a_transition_that_disables_scans_never_compiles_its_statements"],
+        },
+        Mutation {
             name: "commit_reads_its_row_by_the_running_index",
             breaks: "speed: a transition reads its job row by its key, not through a partial index",
             sql: || {
