@@ -1,8 +1,8 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
-//! retention's `ops.prune_*`, `…000009` for the hot transitions and `ops.apply_events`, `…000010`
-//! for `ops.release_claim`, `…000011` for the batches, `…000013` for the claim, lost claim, heartbeat,
-//! commit's compare-and-swap and follow-up lease), and
+//! retention's `ops.prune_*`, `…000009` for `ops.demand`, `ops.commit_frame` and
+//! `ops.apply_events`, `…000011` for the batches, `…000013` for the claim, lost claim, heartbeat,
+//! commit's compare-and-swap, follow-up lease, failure and release), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
