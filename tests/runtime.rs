@@ -445,3 +445,196 @@ async fn a_matter_actor_that_panics_is_replaced_with_cleared_state() {
     let fresh = node.lookup(key).await.expect("a fresh actor");
     assert!(fresh != addr);
 }
+
+/// A builder that records how many builds run at once and, at each build's start, how many
+/// claims the ledger holds (running rows): what `builders.concurrency` and the node's holds
+/// bound. Each build takes `delay`.
+struct Census {
+    delay: Duration,
+    building: AtomicUsize,
+    most_building: AtomicUsize,
+    /// Running rows seen at each build's start, in order.
+    held: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Census {
+    fn new(delay: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            delay,
+            building: AtomicUsize::new(0),
+            most_building: AtomicUsize::new(0),
+            held: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn held(&self) -> Vec<usize> {
+        self.held.lock().unwrap().clone()
+    }
+}
+
+impl Builder for Census {
+    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+        async move {
+            let now = self.building.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_building.fetch_max(now, Ordering::SeqCst);
+            let held = {
+                use diesel_async::RunQueryDsl;
+                #[derive(diesel::QueryableByName)]
+                struct N {
+                    #[diesel(sql_type = diesel::sql_types::BigInt)]
+                    n: i64,
+                }
+                let mut c = ctx.pool.get().await.map_err(briefrail::Error::from)?;
+                diesel::sql_query(
+                    "SELECT count(*) AS n FROM ops.matter_frame_jobs WHERE run_status = 'running'",
+                )
+                .get_result::<N>(&mut c)
+                .await
+                .map_err(briefrail::Error::from)?
+                .n
+            };
+            self.held.lock().unwrap().push(held as usize);
+            tokio::time::sleep(self.delay).await;
+            self.building.fetch_sub(1, Ordering::SeqCst);
+            Ok(Frame::new(json!({ "token": ctx.token })))
+        }
+        .boxed_local()
+    }
+}
+
+/// Demands `n` matters of one firm and nudges the node for each; waits until all landed.
+async fn serve_all(db: &TestDb, node: &Node, n: usize, limit: Duration) {
+    let firm = Uuid::new_v4();
+    let matters: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
+    {
+        let mut c = db.pool.get().await.unwrap();
+        for m in &matters {
+            t::demand(&mut c, firm, *m).await.unwrap();
+        }
+    }
+    for m in &matters {
+        node.nudge(Nudge::matter(firm, *m));
+    }
+    let deadline = Instant::now() + limit;
+    while node.metrics().counters.builds_landed.get() < n as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} landed",
+            node.metrics().counters.builds_landed.get()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Builds running at once never exceed `builders.concurrency`, claims held never exceed
+/// `builders.held_claims`; and with fast builds the claims beyond the builders are used: the
+/// next matters are claimed (and the last ones committed) while the builders build.
+#[actix_rt::test]
+async fn builds_stay_within_concurrency_and_claims_within_held_claims() {
+    let db = TestDb::new(16).await.unwrap();
+    let mut s = settings(&db, "node");
+    s.database.pool_size = 12;
+    s.trigger.debounce_ms = 1;
+    s.trigger.max_wait_ms = 10;
+    s.builders.concurrency = 2;
+    s.builders.held_claims = Some(6);
+    let census = Census::new(Duration::from_millis(15));
+    let node = start(&db, s, census.clone(), false).await;
+    serve_all(&db, &node, 150, Duration::from_secs(60)).await;
+    let building = census.most_building.load(Ordering::SeqCst);
+    let held = census.held().into_iter().max().unwrap_or(0);
+    eprintln!("at most {building} building and {held} claims held at once");
+    assert_eq!(
+        building, 2,
+        "builds at once: builders.concurrency bounds them, and is used"
+    );
+    assert!(
+        held <= 6,
+        "{held} claims held at once, builders.held_claims is 6"
+    );
+    assert!(
+        held > 2,
+        "claims held never exceeded the builders ({held}): claims and commits keep builders waiting"
+    );
+}
+
+/// Slow builds hold about one claim per builder, whatever `builders.held_claims` allows: a
+/// claim waiting for a builder is a matter no other node can take (`src/actors/capacity.rs`).
+#[actix_rt::test]
+async fn slow_builds_hold_one_claim_per_builder() {
+    let db = TestDb::new(16).await.unwrap();
+    let mut s = settings(&db, "node");
+    s.trigger.debounce_ms = 1;
+    s.trigger.max_wait_ms = 10;
+    s.builders.concurrency = 2;
+    s.builders.held_claims = Some(24);
+    let census = Census::new(Duration::from_millis(600));
+    let node = start(&db, s, census.clone(), false).await;
+    serve_all(&db, &node, 12, Duration::from_secs(60)).await;
+    let held = census.held();
+    eprintln!("claims held at each build's start: {held:?}");
+    assert!(
+        held.iter().all(|h| *h <= 4),
+        "two per builder until a build has ended, then 2 + 2 × 500 ms / 600 ms: {held:?}"
+    );
+    assert!(
+        held[4..].iter().all(|h| *h <= 3),
+        "once builds are known to take 600 ms: {held:?}"
+    );
+}
+
+/// A claim that waits for a builder longer than its lease keeps it: the wait is heartbeated like
+/// the build, so another node's sweep never takes it and nothing is fenced.
+#[actix_rt::test]
+async fn a_claim_waiting_for_a_builder_longer_than_its_lease_is_never_reclaimed() {
+    let db = TestDb::new(16).await.unwrap();
+    let firm = Uuid::new_v4();
+    let mut s = settings(&db, "node");
+    s.lease.seconds = 0.6;
+    s.lease.heartbeat_seconds = Some(0.1);
+    s.sweeper.interval_seconds = 0.05;
+    s.trigger.debounce_ms = 1;
+    s.trigger.max_wait_ms = 10;
+    s.builders.concurrency = 1;
+    s.builders.held_claims = Some(2);
+    let node = start(
+        &db,
+        s.clone(),
+        Gate::new(true, Duration::from_millis(1200)).0,
+        true,
+    )
+    .await;
+    s.node.id = "other".into();
+    let other = start(&db, s, Gate::new(true, Duration::ZERO).0, true).await;
+    // Two per builder until a build has ended: the second is claimed at once and waits 1.2 s
+    // (two leases) for the builder.
+    let matters: Vec<Uuid> = (0..2).map(|_| Uuid::new_v4()).collect();
+    for m in &matters {
+        demand_and_nudge(&db, &node, firm, *m).await;
+    }
+    for m in &matters {
+        until_job(&db, firm, *m, Duration::from_secs(20), "landed", |j| {
+            j.landed_generation > 0 && j.run_status == RunStatus::Idle
+        })
+        .await;
+    }
+    let mut c = db.pool.get().await.unwrap();
+    let mut waited = chrono::Duration::zero();
+    for m in &matters {
+        let runs = reads::runs(&mut c, firm, *m, 10).await.unwrap();
+        assert!(
+            runs.len() == 1 && runs[0].outcome == RunOutcome::Landed && runs[0].node_id == "node",
+            "one run, landed by the node that claimed it: {runs:#?}"
+        );
+        waited = waited.max(runs[0].heartbeat_at - runs[0].started_at);
+    }
+    assert!(
+        waited > chrono::Duration::milliseconds(2000),
+        "the second claim waited a build for its builder and built for another (> 3 leases): {waited:?}"
+    );
+    assert_eq!(
+        other.context().metrics.counters.builds_lease_expired.get(),
+        0
+    );
+    assert_eq!(node.metrics().counters.builds_fenced.get(), 0);
+}

@@ -311,6 +311,7 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
             backoff_max: Duration::from_secs(300),
         },
         commits: None,
+        capacity: briefrail::actors::builder::Capacity::new(1, 1),
         cancel,
     };
     let outcome = run_build(&env, claim, None, vec![]).await;

@@ -1,18 +1,27 @@
-//! Builder actors and the pool of slots that bounds builds in flight.
+//! Builder actors: they run the builds, each carrying its token from claim to commit.
 //!
-//! A matter actor takes a [`Slot`] *before* it claims, so no claim ever waits in a queue while
-//! its lease runs out. The build carries its token from claim to commit: it heartbeats every
-//! `lease.heartbeat_seconds` (fenced by token), and stops at once when a heartbeat finds the
-//! token stale, when `builder.timeout_seconds` passes, or when shutdown cancels it.
+//! A matter actor takes a [`Hold`] *before* it claims, so the node never holds more claims than
+//! its [`Capacity`] grants (what a crash leaves to wait out a lease). The builder's own work
+//! takes one of `builders.concurrency` slots, and only for as long as it runs: the claim's round
+//! trip before it and the commit's after it (each a WAL flush) do not keep a builder idle, so
+//! the claims and commits of many matters go to the ledger together while the builders build.
+//! A claim that waits for a slot is heartbeated like a running build, so its lease never runs
+//! out in that queue.
+//!
+//! The build heartbeats every `lease.heartbeat_seconds` (fenced by token) from the claim on,
+//! and stops at once when a heartbeat finds the token stale, when `builder.timeout_seconds` of
+//! building pass, or when shutdown cancels it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 use uuid::Uuid;
 
+pub use super::capacity::{Capacity, Hold};
 use crate::builders::{BuildContext, Builder};
 use crate::db::Pool;
 use crate::error::{Error, ErrorKind};
@@ -43,78 +52,70 @@ pub struct BuildEnv {
     /// Where frames without extra writes are committed, together with the others ready at the
     /// same time; `None`: each commits alone.
     pub commits: Option<CommitQueue>,
+    /// The node's slots (a build takes one while it builds) and holds.
+    pub capacity: Arc<Capacity>,
     /// Flips to true when shutdown's grace has passed: in-flight builds are cancelled and their
     /// claims released by token.
     pub cancel: watch::Receiver<bool>,
 }
 
-/// `builders.concurrency` builder actors behind a fair semaphore.
+/// The builder actors, and the node's capacity they share.
 #[derive(Clone)]
 pub struct BuilderPool {
-    semaphore: Arc<Semaphore>,
     builders: Arc<Vec<Addr<BuilderActor>>>,
-    /// Indices of idle builders; a slot takes one and gives it back when dropped.
-    free: Arc<Mutex<Vec<usize>>>,
-}
-
-/// The right to run one build on one builder actor. Dropping it frees the builder.
-pub struct Slot {
-    index: usize,
-    free: Arc<Mutex<Vec<usize>>>,
-    pub builder: Addr<BuilderActor>,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // The index goes back before the permit (a later field) is released.
-        if let Ok(mut free) = self.free.lock() {
-            free.push(self.index);
-        }
-    }
+    /// The next builder actor to host a build (round robin: an actor hosts any number of
+    /// builds; the slots, not the actors, bound how many build at once).
+    next: Arc<AtomicUsize>,
+    capacity: Arc<Capacity>,
 }
 
 impl BuilderPool {
-    /// Starts `n` builder actors on the current arbiter.
-    pub fn start(n: usize, env: Arc<BuildEnv>) -> Self {
-        let builders: Vec<_> = (0..n)
+    /// Starts one builder actor per slot of `env.capacity` on the current arbiter.
+    pub fn start(env: Arc<BuildEnv>) -> Self {
+        let capacity = env.capacity.clone();
+        let builders: Vec<_> = (0..capacity.concurrency())
             .map(|_| BuilderActor { env: env.clone() }.start())
             .collect();
         Self {
-            semaphore: Arc::new(Semaphore::new(n)),
             builders: Arc::new(builders),
-            free: Arc::new(Mutex::new((0..n).rev().collect())),
+            next: Arc::new(AtomicUsize::new(0)),
+            capacity,
         }
     }
 
-    /// Waits for a free builder (first come, first served).
-    pub async fn acquire(&self) -> Option<Slot> {
-        let permit = self.semaphore.clone().acquire_owned().await.ok()?;
-        let index = self.free.lock().ok()?.pop()?;
-        Some(Slot {
-            index,
-            free: self.free.clone(),
-            builder: self.builders[index].clone(),
-            _permit: permit,
-        })
+    /// Waits for the right to hold one more claim (first come, first served).
+    pub async fn acquire(&self) -> Option<Hold> {
+        self.capacity.hold().await
+    }
+
+    /// The builder actor that hosts the next build.
+    pub fn host(&self) -> Addr<BuilderActor> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.builders.len();
+        self.builders[i].clone()
     }
 
     pub fn size(&self) -> usize {
         self.builders.len()
     }
 
-    /// Builds running right now.
+    /// Builds running right now (holding a slot).
     pub fn busy(&self) -> usize {
-        self.size() - self.semaphore.available_permits()
+        self.capacity.busy()
     }
 
-    /// Waits until no build is running, or `timeout` passes. Returns whether all are idle.
+    /// The most claims the node holds at once (`builders.held_claims`).
+    pub fn max_held(&self) -> usize {
+        self.capacity.max_holds()
+    }
+
+    /// Claims held right now: claiming, waiting for a slot, building or settling.
+    pub fn held(&self) -> usize {
+        self.capacity.held()
+    }
+
+    /// Waits until no claim is held, or `timeout` passes. Returns whether all are settled.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
-        let all = self.size() as u32;
-        matches!(
-            tokio::time::timeout(timeout, self.semaphore.acquire_many(all)).await,
-            Ok(Ok(_permits))
-        )
+        self.capacity.wait_idle(timeout).await
     }
 }
 
@@ -125,7 +126,7 @@ pub struct RunBuild {
     pub claim: Claim,
     pub trace_id: Option<String>,
     pub event_ids: Vec<Uuid>,
-    pub slot: Slot,
+    pub hold: Hold,
     pub reply: Recipient<BuildDone>,
 }
 
@@ -157,13 +158,13 @@ impl BuildOutcome {
     }
 }
 
-/// A build finished. The slot comes back with it so a follow-up starts without queueing.
+/// A build finished. Its hold comes back with it: a follow-up claim rides on it.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct BuildDone {
     pub claim: Claim,
     pub outcome: BuildOutcome,
-    pub slot: Option<Slot>,
+    pub hold: Option<Hold>,
 }
 
 pub struct BuilderActor {
@@ -183,7 +184,7 @@ impl Handler<RunBuild> for BuilderActor {
             claim,
             trace_id,
             event_ids,
-            slot,
+            hold,
             reply,
         } = msg;
         // `outcome` and `error` are recorded at the end, after the log lines they would only
@@ -198,11 +199,11 @@ impl Handler<RunBuild> for BuilderActor {
                 link_served_demands(&env.pool, &event_ids).await;
             }
             let outcome = run_build(&env, claim, trace_id, event_ids).await;
-            // The matter actor may have gone (stopped or restarted): the slot then just drops.
+            // The matter actor may have gone (stopped or restarted): the hold then just drops.
             let _ = reply.try_send(BuildDone {
                 claim,
                 outcome,
-                slot: Some(slot),
+                hold: Some(hold),
             });
         }
         .instrument(span);
@@ -217,16 +218,14 @@ enum Stopped {
     Cancelled,
 }
 
-/// One build, claim to settled outcome.
+/// One build, claim to settled outcome: waits for a slot, builds, gives the slot back, settles.
+/// The lease is renewed from the claim on, through the wait for a slot and the build.
 pub async fn run_build(
     env: &BuildEnv,
     claim: Claim,
     trace_id: Option<String>,
     event_ids: Vec<Uuid>,
 ) -> BuildOutcome {
-    let started = Instant::now();
-    Metrics::inc(&env.metrics.counters.builds_started);
-    tracing::info!("build started");
     let ctx = BuildContext {
         firm_id: claim.firm_id,
         matter_id: claim.matter_id,
@@ -236,19 +235,40 @@ pub async fn run_build(
         event_ids,
         pool: env.pool.clone(),
     };
+    let mut started = Instant::now();
     let stopped = {
-        let build = env.builder.build(&ctx);
-        tokio::pin!(build);
+        let heartbeat = heartbeat_until_fenced(&env.pool, &claim, env.heartbeat);
+        tokio::pin!(heartbeat);
         let mut cancel = env.cancel.clone();
-        tokio::select! {
-            r = &mut build => Stopped::Built(r),
-            () = heartbeat_until_fenced(&env.pool, &claim, env.heartbeat) => Stopped::HeartbeatFenced,
-            () = tokio::time::sleep(env.timeout) => Stopped::TimedOut,
-            _ = cancel.wait_for(|c| *c) => Stopped::Cancelled,
+        let waited = tokio::select! {
+            s = env.capacity.slot() => s.ok_or(Stopped::Cancelled),
+            () = &mut heartbeat => Err(Stopped::HeartbeatFenced),
+            _ = cancel.wait_for(|c| *c) => Err(Stopped::Cancelled),
+        };
+        match waited {
+            Err(stopped) => stopped,
+            Ok(slot) => {
+                started = Instant::now();
+                Metrics::inc(&env.metrics.counters.builds_started);
+                tracing::info!("build started");
+                let build = env.builder.build(&ctx);
+                tokio::pin!(build);
+                let stopped = tokio::select! {
+                    r = &mut build => Stopped::Built(r),
+                    () = &mut heartbeat => Stopped::HeartbeatFenced,
+                    () = tokio::time::sleep(env.timeout) => Stopped::TimedOut,
+                    _ = cancel.wait_for(|c| *c) => Stopped::Cancelled,
+                };
+                // The slot goes back before the commit: the next build starts while this one's
+                // frame is on its way to the ledger.
+                env.capacity.built(started.elapsed());
+                drop(slot);
+                stopped
+            }
         }
         // Leaving this block drops the build future: a command builder's child is killed here.
     };
-    // Settling talks to the ledger only; a half-open connection must not hold the slot forever.
+    // Settling talks to the ledger only; a half-open connection must not hold the claim forever.
     let outcome = match tokio::time::timeout(SETTLE_TIMEOUT, conclude(env, &claim, stopped)).await {
         Ok(o) => o,
         Err(_) => BuildOutcome::Unsettled(format!(

@@ -17,7 +17,8 @@ pub struct NodeContext {
     pub pool: Pool,
     pub node_id: String,
     pub metrics: Arc<Metrics>,
-    pub slots: BuilderPool,
+    /// The builder actors, their slots and the node's holds on claims.
+    pub builders: BuilderPool,
     /// Where claims go: together with the others asked for at the same time (one statement).
     pub claims: ClaimQueue,
     /// True once shutdown began: no new claims; follow-ups are released instead of built.

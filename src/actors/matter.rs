@@ -2,10 +2,10 @@
 //!
 //! It coalesces nudges: the first starts a `trigger.debounce_ms` window that each further
 //! nudge extends, capped at `trigger.max_wait_ms` after the first, so a steady stream of
-//! uploads still produces builds. Then it takes a builder slot, checks the row for unserved
-//! demand, and runs the claim (with the lost-claim path). A won token goes to the builder; a
-//! commit that re-claimed (demands piled up mid-build) is dispatched again at once on the same
-//! slot.
+//! uploads still produces builds. Then it takes a hold (one of the node's `builders.held_claims`),
+//! checks the row for unserved demand, and runs the claim (with the lost-claim path). A won
+//! token goes to a builder, which waits for a slot; a commit that re-claimed (demands piled up
+//! mid-build) is dispatched again at once on the same hold.
 //!
 //! Interleaving is made harmless by explicit state rather than by holding the mailbox: while a
 //! cycle is in flight (`cycle_running`), nudges only add to `pending`; no second claim starts
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use uuid::Uuid;
 
-use super::builder::{BuildDone, BuildOutcome, RunBuild, Slot};
+use super::builder::{BuildDone, BuildOutcome, Hold, RunBuild};
 use super::context::NodeContext;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
 use crate::ledger::{Claim, ClaimKind};
@@ -25,8 +25,8 @@ use crate::metrics::Metrics;
 use crate::nudge::{MatterKey, Nudge};
 use crate::trace::Traceparent;
 
-/// Upper bound on taking a slot and claiming (slot waits included: a queue that long means the
-/// node is saturated, and the sweeper's reconcile brings the matter back).
+/// Upper bound on taking a hold and claiming (waits for a hold included: a queue that long means
+/// the node is saturated, and the sweeper's reconcile brings the matter back).
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A matter actor reports it has been idle; its supervisor decides whether to stop it.
@@ -67,7 +67,7 @@ pub struct MatterActor {
     pending: Option<Pending>,
     /// The debounce timer; replaced by each nudge, cancelled when a cycle starts.
     timer: Option<SpawnHandle>,
-    /// A cycle (slot → claim → build → commit, and follow-ups) is in flight. Only the cycle's
+    /// A cycle (hold → claim → build → commit, and follow-ups) is in flight. Only the cycle's
     /// end clears it, so no two claims of this matter overlap in this process.
     cycle_running: bool,
     last_activity: Instant,
@@ -124,13 +124,12 @@ impl MatterActor {
             })
         };
         ctx.spawn(fut.into_actor(self).map(|started, act, ctx| match started {
-            Some((claim, slot, trace_id, event_ids)) => {
-                let builder = slot.builder.clone();
-                builder.do_send(RunBuild {
+            Some((claim, hold, trace_id, event_ids)) => {
+                act.node.builders.host().do_send(RunBuild {
                     claim,
                     trace_id,
                     event_ids,
-                    slot,
+                    hold,
                     reply: ctx.address().recipient(),
                 });
             }
@@ -151,15 +150,15 @@ impl MatterActor {
     }
 }
 
-/// Slot, then claim. `Some` when this process won the matter; `None` when there was nothing to
+/// Hold, then claim. `Some` when this process won the matter; `None` when there was nothing to
 /// do, a live build elsewhere took the demand, or the ledger could not be reached (the sweeper's
 /// reconcile brings the matter back).
 async fn claim_cycle(
     node: &NodeContext,
     key: MatterKey,
     pending: Pending,
-) -> Option<(Claim, Slot, Option<String>, Vec<Uuid>)> {
-    let slot = node.slots.acquire().await?;
+) -> Option<(Claim, Hold, Option<String>, Vec<Uuid>)> {
+    let hold = node.builders.acquire().await?;
     if *node.draining.borrow() {
         return None;
     }
@@ -186,13 +185,13 @@ async fn claim_cycle(
         kind: ClaimKind::ServeRecorded,
         max_attempts: node.settings.retry.max_attempts,
     };
-    // The futures below are boxed: a cycle waiting for a slot holds only this function's own
+    // The futures below are boxed: a cycle waiting for a hold holds only this function's own
     // state, not the largest future it will await (100,000 waiting matters stay small).
     // The claim goes with the others asked for meanwhile; only one not won there (a live build
     // holds the matter, or nothing to do) takes a connection of its own for the rest.
     let first = Box::pin(node.claims.ask(req.clone())).await.ok();
     if let Some(Some(claim)) = first {
-        return Some((claim, slot, trace_id, pending.event_ids));
+        return Some((claim, hold, trace_id, pending.event_ids));
     }
     let mut conn = match Box::pin(node.pool.get()).await {
         Ok(c) => c,
@@ -202,7 +201,7 @@ async fn claim_cycle(
         }
     };
     match Box::pin(t::claim_or_record_after(&mut conn, &req, first)).await {
-        Ok(ClaimOutcome::Won(claim)) => Some((claim, slot, trace_id, pending.event_ids)),
+        Ok(ClaimOutcome::Won(claim)) => Some((claim, hold, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
         Ok(ClaimOutcome::Archived) => {
             tracing::info!(firm_id = %key.firm_id, matter_id = %key.matter_id, "archived: not rebuilt");
@@ -275,8 +274,8 @@ impl Handler<BuildDone> for MatterActor {
 
     fn handle(&mut self, msg: BuildDone, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        match (msg.outcome, msg.slot) {
-            (BuildOutcome::Landed(Landed::FollowUp(next)), Some(slot)) => {
+        match (msg.outcome, msg.hold) {
+            (BuildOutcome::Landed(Landed::FollowUp(next)), Some(hold)) => {
                 if *self.node.draining.borrow() {
                     // Shutting down: hand the follow-up claim back so another node takes it now.
                     let pool = self.node.pool.clone();
@@ -284,19 +283,18 @@ impl Handler<BuildDone> for MatterActor {
                         if let Ok(mut c) = pool.get().await {
                             let _ = t::release(&mut c, &next, "node shutting down").await;
                         }
-                        drop(slot);
+                        drop(hold);
                     };
                     ctx.spawn(fut.into_actor(self).map(|(), act, ctx| act.end_cycle(ctx)));
                     return;
                 }
                 // Every demand that piled up during the build is served by this one follow-up;
                 // nudges for them that are still pending add nothing.
-                let builder = slot.builder.clone();
-                builder.do_send(RunBuild {
+                self.node.builders.host().do_send(RunBuild {
                     claim: next,
                     trace_id: None,
                     event_ids: self.pending.take().map(|p| p.event_ids).unwrap_or_default(),
-                    slot,
+                    hold,
                     reply: ctx.address().recipient(),
                 });
             }

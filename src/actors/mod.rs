@@ -2,9 +2,10 @@
 //!
 //! ```text
 //!  nudge ─▶ Supervisor ─▶ MatterActor (one per active matter: coalesces, owns the claim)
-//!                              │  slot (BuilderPool)  ▲ BuildDone (landed / follow-up / fenced / failed)
+//!                              │  hold (BuilderPool)  ▲ BuildDone (landed / follow-up / fenced / failed)
 //!                              ▼                      │
-//!                         BuilderActor × builders.concurrency (carries token, heartbeats, commits)
+//!                         BuilderActor: waits for one of builders.concurrency slots, builds,
+//!                         frees the slot, commits (carries token, heartbeats from the claim on)
 //!  Sweeper ── sweep + reconcile on the ledger ─▶ nudges; retention passes beside
 //!  Presence ── the node's heartbeat in ops.nodes (the console's nodes page)
 //! ```
@@ -13,6 +14,7 @@
 //! or a restarted actor delays work and never loses or corrupts it.
 
 pub mod builder;
+pub mod capacity;
 pub mod context;
 pub mod matter;
 pub mod presence;

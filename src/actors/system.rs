@@ -12,7 +12,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::watch;
 
-use super::builder::{BuildEnv, BuilderPool};
+use super::builder::{BuildEnv, BuilderPool, Capacity};
 pub use super::context::NodeContext;
 use super::presence::{Depart, Presence};
 use super::retention::RetentionReport;
@@ -77,16 +77,20 @@ impl Actors {
             timeout: Duration::from_secs_f64(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
             commits: Some(commits_in_batches(pool.clone(), BATCH_LANES, BATCH_MAX)),
+            capacity: Capacity::new(
+                settings.builders.concurrency,
+                settings.builders.held_claims(),
+            ),
             cancel,
         });
-        let slots = BuilderPool::start(settings.builders.concurrency, env);
+        let builders = BuilderPool::start(env);
         let context = Arc::new(NodeContext {
             settings,
             claims: claims_in_batches(pool.clone(), BATCH_LANES, BATCH_MAX),
             pool,
             node_id,
             metrics: opts.metrics,
-            slots,
+            builders,
             draining,
         });
         let supervisor = Supervisor::new(context.clone()).start();
@@ -97,7 +101,8 @@ impl Actors {
         )
         .start();
         let presence = Presence::new(context.clone()).start();
-        tracing::info!(node_id = %context.node_id, builders = context.slots.size(), "actors started");
+        tracing::info!(node_id = %context.node_id, builders = context.builders.size(),
+                       held_claims = context.builders.max_held(), "actors started");
         Self {
             context,
             supervisor,
@@ -157,18 +162,23 @@ impl Actors {
     pub async fn drain(&self, grace: Duration) -> bool {
         tracing::info!(
             grace_s = grace.as_secs_f64(),
-            busy = self.context.slots.busy(),
+            busy = self.context.builders.busy(),
+            held = self.context.builders.held(),
             "shutdown: draining"
         );
         let _ = self.draining.send(true);
-        let drained = self.context.slots.wait_idle(grace).await;
+        let drained = self.context.builders.wait_idle(grace).await;
         if !drained {
             tracing::warn!(
-                busy = self.context.slots.busy(),
+                busy = self.context.builders.busy(),
+                held = self.context.builders.held(),
                 "grace passed: cancelling in-flight builds"
             );
             let _ = self.cancel.send(true);
-            self.context.slots.wait_idle(Duration::from_secs(10)).await;
+            self.context
+                .builders
+                .wait_idle(Duration::from_secs(10))
+                .await;
         }
         self.sweeper.do_send(StopSweeper);
         let _ = self.presence.send(Depart).await;

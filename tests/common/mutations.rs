@@ -2,7 +2,8 @@
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
 //! retention's `ops.prune_*`, `…000009` for `ops.demand`, `ops.commit_frame` and
 //! `ops.apply_events`, `…000011` for the batches, `…000013` for the claim, lost claim, heartbeat,
-//! commit's compare-and-swap, follow-up lease, failure and release), and
+//! commit's compare-and-swap, follow-up lease, failure and release, `…000014` for `ops.now` and
+//! `ops.clock`), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -29,7 +30,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 7] = [
+const LIVE_HOMES: [&str; 8] = [
+    "migrations/2026-12-02-000014_clock_in_line/up.sql",
     "migrations/2026-12-02-000013_rows_by_their_key/up.sql",
     "migrations/2026-12-02-000011_batched_claims_and_commits/up.sql",
     "migrations/2026-12-01-000010_operator_console/up.sql",

@@ -1,0 +1,248 @@
+//! What one node keeps in flight: builds running (slots) and claims held (holds).
+//!
+//! A build takes one of `builders.concurrency` slots only while the builder works; a matter
+//! takes a hold before it claims and keeps it until the claim is settled (claiming, waiting for
+//! a slot, building, committing). Holds beyond the slots are what lets the next claims and the
+//! last commits go to the ledger, in batches, while the builders build.
+//!
+//! How many holds beyond the slots is decided by how long builds take: a claim that waits for a
+//! slot is a matter no other node can take, so the node keeps only about [`AHEAD_BUDGET`] of
+//! builds waiting (`concurrency × budget / mean build`), never more than `builders.held_claims`
+//! in all and never fewer than one per slot. Fast builds (the brief builder: a millisecond or
+//! two) get every hold; builds of seconds get one per slot and no queue, so a second node with
+//! free builders takes the backlog instead. The mean is a moving average of the builds this
+//! node ran; until the first one ends, the node holds two claims per slot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// About how much of the node's build time a claim may wait for a slot (see the module doc).
+pub const AHEAD_BUDGET: Duration = Duration::from_millis(500);
+
+/// The node's slots and holds. Shared (`Arc`) by the pool and every build.
+pub struct Capacity {
+    slots: Arc<Semaphore>,
+    concurrency: usize,
+    holds: Arc<Semaphore>,
+    max_holds: usize,
+    /// Holds the semaphore stands for now (taken and free); moved towards the target after
+    /// each build. Only this lock changes it.
+    granted: Mutex<usize>,
+    /// Moving average of a build's time in a slot, µs; 0 until the first build ends.
+    mean_build_us: AtomicU64,
+}
+
+/// The right to hold one claim; dropping it lets the next matter claim, unless the node holds
+/// more than its target (then the hold is retired instead: released permits go straight to
+/// waiting matters, so a free one is rarely there to take back).
+pub struct Hold {
+    permit: Option<OwnedSemaphorePermit>,
+    capacity: Arc<Capacity>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        if let Ok(mut granted) = self.capacity.granted.lock() {
+            if *granted > self.capacity.target() {
+                permit.forget();
+                *granted -= 1;
+                return;
+            }
+        }
+        drop(permit);
+    }
+}
+
+/// A build's right to run; dropping it lets the next waiting claim build.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Capacity {
+    /// `concurrency` slots; at most `max_holds` holds (at least one per slot).
+    pub fn new(concurrency: usize, max_holds: usize) -> Arc<Self> {
+        let concurrency = concurrency.max(1);
+        let max_holds = max_holds.max(concurrency);
+        let first = (2 * concurrency).min(max_holds);
+        Arc::new(Self {
+            slots: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
+            holds: Arc::new(Semaphore::new(first)),
+            max_holds,
+            granted: Mutex::new(first),
+            mean_build_us: AtomicU64::new(0),
+        })
+    }
+
+    /// Waits for a hold (first come, first served).
+    pub async fn hold(self: &Arc<Self>) -> Option<Hold> {
+        let permit = self.holds.clone().acquire_owned().await.ok()?;
+        Some(Hold {
+            permit: Some(permit),
+            capacity: self.clone(),
+        })
+    }
+
+    /// Waits for a slot (first come, first served).
+    pub async fn slot(&self) -> Option<Slot> {
+        let permit = self.slots.clone().acquire_owned().await.ok()?;
+        Some(Slot { _permit: permit })
+    }
+
+    /// A build held its slot for `took`: the average moves, and the holds with it.
+    pub fn built(&self, took: Duration) {
+        let us = took.as_micros().clamp(1, u128::from(u32::MAX)) as u64;
+        let old = self.mean_build_us.load(Ordering::Relaxed);
+        let mean = if old == 0 {
+            us
+        } else {
+            // An eighth of the way to the new build: a few slow builds move it, one does not.
+            (old * 7 + us) / 8
+        };
+        self.mean_build_us.store(mean.max(1), Ordering::Relaxed);
+        self.retarget();
+    }
+
+    /// The holds the current mean build calls for.
+    pub fn target(&self) -> usize {
+        let mean = self.mean_build_us.load(Ordering::Relaxed);
+        if mean == 0 {
+            return (2 * self.concurrency).min(self.max_holds);
+        }
+        let budget = AHEAD_BUDGET.as_micros() as u64;
+        let ahead = (self.concurrency as u64).saturating_mul(budget) / mean;
+        let ahead = usize::try_from(ahead).unwrap_or(usize::MAX);
+        self.concurrency + ahead.min(self.max_holds - self.concurrency)
+    }
+
+    /// Moves the semaphore's holds towards [`Self::target`]: adds the missing ones, and takes
+    /// back free ones beyond it (held ones are retired as they are dropped).
+    fn retarget(&self) {
+        let target = self.target();
+        let Ok(mut granted) = self.granted.lock() else {
+            return;
+        };
+        if target > *granted {
+            self.holds.add_permits(target - *granted);
+            *granted = target;
+        } else if target < *granted {
+            *granted -= self.holds.forget_permits(*granted - target);
+        }
+    }
+
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// `builders.held_claims`: the most holds the node ever grants.
+    pub fn max_holds(&self) -> usize {
+        self.max_holds
+    }
+
+    /// Builds running now.
+    pub fn busy(&self) -> usize {
+        self.concurrency
+            .saturating_sub(self.slots.available_permits())
+    }
+
+    /// Claims held now: claiming, waiting for a slot, building or settling.
+    pub fn held(&self) -> usize {
+        let granted = self.granted.lock().map(|g| *g).unwrap_or(0);
+        granted.saturating_sub(self.holds.available_permits())
+    }
+
+    /// Waits until no claim is held, or `timeout` passes. Returns whether none is.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let poll = async {
+            while self.held() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(timeout, poll).await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_builds_get_every_hold_and_slow_ones_one_per_slot() {
+        let c = Capacity::new(8, 128);
+        assert_eq!(c.target(), 16, "two per slot before any build ends");
+        for _ in 0..20 {
+            c.built(Duration::from_millis(2));
+        }
+        assert_eq!(c.target(), 128, "8 slots × 500 ms / 2 ms is past the most");
+        for _ in 0..60 {
+            c.built(Duration::from_secs(30));
+        }
+        assert_eq!(c.target(), 8, "30 s builds: no claim waits for a slot");
+        for _ in 0..200 {
+            c.built(Duration::from_millis(100));
+        }
+        let t = c.target();
+        assert!(
+            (44..=48).contains(&t),
+            "100 ms builds: 500 ms of them waiting (40): {t}"
+        );
+    }
+
+    #[tokio::test]
+    async fn holds_follow_the_target_and_taken_ones_are_returned_later() {
+        let c = Capacity::new(2, 10);
+        let mut taken = Vec::new();
+        for _ in 0..4 {
+            taken.push(c.hold().await.expect("a hold"));
+        }
+        assert_eq!(c.held(), 4);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), c.hold())
+                .await
+                .is_err(),
+            "four granted, four held: the fifth waits"
+        );
+        c.built(Duration::from_micros(10));
+        assert_eq!(c.target(), 10);
+        taken.push(
+            c.hold()
+                .await
+                .expect("a hold, once fast builds raised the target"),
+        );
+        assert_eq!(c.held(), 5);
+        for _ in 0..40 {
+            c.built(Duration::from_secs(10));
+        }
+        assert_eq!(c.target(), 2);
+        // Five are held: none can be taken back until they come free, and each is retired as
+        // it does.
+        assert_eq!(c.held(), 5);
+        taken.truncate(1);
+        assert_eq!(c.held(), 1);
+        assert_eq!(
+            c.holds.available_permits(),
+            1,
+            "retired down to the target of two"
+        );
+        let _second = c.hold().await.expect("one more fits under two");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), c.hold())
+                .await
+                .is_err(),
+            "the target is two: a third waits"
+        );
+        assert!(
+            !c.wait_idle(Duration::from_millis(30)).await,
+            "two are held"
+        );
+        drop(taken);
+        drop(_second);
+        assert!(c.wait_idle(Duration::from_millis(30)).await, "none is held");
+    }
+}
