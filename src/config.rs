@@ -174,18 +174,18 @@ pub struct BuildersSettings {
     /// Builds running at once (the builder's own work).
     pub concurrency: usize,
     /// The most claims the node holds at once: being claimed, waiting for a builder, building
-    /// or committing (fewer while builds are slow: `crate::actors::capacity`). Unset: sixteen
+    /// or committing (fewer while builds are slow: `crate::actors::capacity`). Unset: 32
     /// per builder. What a crashed node leaves to wait out a lease.
     #[serde(default)]
     pub held_claims: Option<usize>,
 }
 
 impl BuildersSettings {
-    /// Sixteen claims per builder unless set: with builds of a few milliseconds, the claims and
-    /// commits of that many matters on the wire meet in batches (the README's benchmark
-    /// compares 4, 8 and 16 per builder).
+    /// 32 claims per builder unless set: with builds of a few milliseconds, the claims and
+    /// commits of that many matters on the wire meet in batches (at 8 builders, 256: the claim
+    /// queue's four lanes of 64; the README's benchmark compares 4 to 32 per builder).
     pub fn held_claims(&self) -> usize {
-        self.held_claims.unwrap_or(16 * self.concurrency)
+        self.held_claims.unwrap_or(32 * self.concurrency)
     }
 }
 
