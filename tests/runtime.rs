@@ -638,3 +638,100 @@ async fn a_claim_waiting_for_a_builder_longer_than_its_lease_is_never_reclaimed(
     );
     assert_eq!(node.metrics().counters.builds_fenced.get(), 0);
 }
+
+/// A builder whose first `fast_for` builds take a millisecond and every later one `slow`.
+struct Slowing {
+    started: AtomicUsize,
+    fast_for: usize,
+    slow: Duration,
+}
+
+impl Builder for Slowing {
+    fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+        async move {
+            let n = self.started.fetch_add(1, Ordering::SeqCst);
+            let delay = if n < self.fast_for {
+                Duration::from_millis(1)
+            } else {
+                self.slow
+            };
+            tokio::time::sleep(delay).await;
+            Ok(Frame::new(json!({ "token": ctx.token })))
+        }
+        .boxed_local()
+    }
+}
+
+/// When builds suddenly slow down, the claims a node took while they were fast do not wait
+/// behind them: past `Capacity::wait_limit` each is handed back by token (released, not
+/// failed), and another node with a free builder serves it.
+#[actix_rt::test]
+async fn claims_held_when_builds_slow_down_are_handed_back_to_other_nodes() {
+    let db = TestDb::new(16).await.unwrap();
+    let mut s = settings(&db, "node");
+    s.trigger.debounce_ms = 1;
+    s.trigger.max_wait_ms = 10;
+    s.sweeper.interval_seconds = 0.2;
+    s.reconcile.after_seconds = 0.2;
+    s.builders.concurrency = 1;
+    s.builders.held_claims = Some(8);
+    let slowing = Arc::new(Slowing {
+        started: AtomicUsize::new(0),
+        fast_for: 3,
+        slow: Duration::from_secs(4),
+    });
+    let node = start(&db, s.clone(), slowing, true).await;
+    s.node.id = "other".into();
+    s.builders.concurrency = 4;
+    let other = start(&db, s, Gate::new(true, Duration::ZERO).0, true).await;
+    let firm = Uuid::new_v4();
+    let matters: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
+    {
+        let mut c = db.pool.get().await.unwrap();
+        for m in &matters {
+            t::demand(&mut c, firm, *m).await.unwrap();
+        }
+    }
+    for m in &matters {
+        node.nudge(Nudge::matter(firm, *m));
+    }
+    for m in &matters {
+        until_job(&db, firm, *m, Duration::from_secs(60), "landed", |j| {
+            j.landed_generation > 0 && j.run_status == RunStatus::Idle
+        })
+        .await;
+    }
+    let mut c = db.pool.get().await.unwrap();
+    let mut handed_back = 0;
+    for m in &matters {
+        for r in reads::runs(&mut c, firm, *m, 20).await.unwrap() {
+            assert!(
+                !matches!(r.outcome, RunOutcome::Fenced | RunOutcome::LeaseExpired),
+                "nothing fenced, no lease run out: {r:?}"
+            );
+            if r.outcome == RunOutcome::Released {
+                assert_eq!(r.node_id, "node");
+                assert!(
+                    r.error
+                        .as_deref()
+                        .unwrap_or("")
+                        .contains("waited too long for a builder"),
+                    "{r:?}"
+                );
+                handed_back += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{handed_back} claims handed back; {} built by the other node",
+        other.metrics().counters.builds_landed.get()
+    );
+    assert!(
+        handed_back > 0,
+        "the claims waiting behind a 4 s build were handed back"
+    );
+    assert!(
+        other.metrics().counters.builds_landed.get() > 0,
+        "another node served what was handed back"
+    );
+}

@@ -200,7 +200,9 @@ impl Handler<RunBuild> for BuilderActor {
             }
             let outcome = run_build(&env, claim, trace_id, event_ids).await;
             // The matter actor may have gone (stopped or restarted): the hold then just drops.
-            let _ = reply.try_send(BuildDone {
+            // `do_send`, not `try_send`: a mailbox full of nudges must not lose the build's end
+            // (the actor would stay in its cycle and ignore every later nudge).
+            reply.do_send(BuildDone {
                 claim,
                 outcome,
                 hold: Some(hold),
@@ -216,6 +218,9 @@ enum Stopped {
     HeartbeatFenced,
     TimedOut,
     Cancelled,
+    /// Waited for a slot past [`Capacity::wait_limit`]: handed back, so a node (this one
+    /// included) with a free builder takes it.
+    Overdue,
 }
 
 /// One build, claim to settled outcome: waits for a slot, builds, gives the slot back, settles.
@@ -235,6 +240,7 @@ pub async fn run_build(
         event_ids,
         pool: env.pool.clone(),
     };
+    Metrics::inc(&env.metrics.counters.builds_started);
     let mut started = Instant::now();
     let stopped = {
         let heartbeat = heartbeat_until_fenced(&env.pool, &claim, env.heartbeat);
@@ -244,12 +250,12 @@ pub async fn run_build(
             s = env.capacity.slot() => s.ok_or(Stopped::Cancelled),
             () = &mut heartbeat => Err(Stopped::HeartbeatFenced),
             _ = cancel.wait_for(|c| *c) => Err(Stopped::Cancelled),
+            () = tokio::time::sleep(env.capacity.wait_limit()) => Err(Stopped::Overdue),
         };
         match waited {
             Err(stopped) => stopped,
             Ok(slot) => {
                 started = Instant::now();
-                Metrics::inc(&env.metrics.counters.builds_started);
                 tracing::info!("build started");
                 let build = env.builder.build(&ctx);
                 tokio::pin!(build);
@@ -260,8 +266,11 @@ pub async fn run_build(
                     _ = cancel.wait_for(|c| *c) => Stopped::Cancelled,
                 };
                 // The slot goes back before the commit: the next build starts while this one's
-                // frame is on its way to the ledger.
-                env.capacity.built(started.elapsed());
+                // frame is on its way to the ledger. Only a build that ran to its end tells the
+                // node how long builds take (a fenced or cancelled one says nothing of it).
+                if matches!(stopped, Stopped::Built(_) | Stopped::TimedOut) {
+                    env.capacity.built(started.elapsed());
+                }
                 drop(slot);
                 stopped
             }
@@ -367,13 +376,24 @@ async fn conclude(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutco
             );
             fail(env, claim, &message, false).await
         }
-        Stopped::Cancelled => {
-            match ledger_call(env, claim, Close::Release("node shutting down")).await {
-                Ok(()) => BuildOutcome::Released,
-                Err(Error::Fenced { .. }) => BuildOutcome::Fenced,
-                Err(e) => BuildOutcome::Unsettled(e.to_string()),
-            }
+        Stopped::Cancelled => release(env, claim, "node shutting down").await,
+        Stopped::Overdue => {
+            release(
+                env,
+                claim,
+                "waited too long for a builder (builds slowed down): handed back",
+            )
+            .await
         }
+    }
+}
+
+/// Hands the claim back by token (released, not failed: no backoff, no retry counted).
+async fn release(env: &BuildEnv, claim: &Claim, reason: &str) -> BuildOutcome {
+    match ledger_call(env, claim, Close::Release(reason)).await {
+        Ok(()) => BuildOutcome::Released,
+        Err(Error::Fenced { .. }) => BuildOutcome::Fenced,
+        Err(e) => BuildOutcome::Unsettled(e.to_string()),
     }
 }
 

@@ -11,7 +11,10 @@
 //! in all and never fewer than one per slot. Fast builds (the brief builder: a millisecond or
 //! two) get every hold; builds of seconds get one per slot and no queue, so a second node with
 //! free builders takes the backlog instead. The mean is a moving average of the builds this
-//! node ran; until the first one ends, the node holds two claims per slot.
+//! node ran; until the first one ends, the node holds two claims per slot. The mean follows
+//! only as builds end, so a claim that has waited four times the budget anyway (builds suddenly
+//! slower) is handed back by token rather than kept from other nodes
+//! ([`Capacity::wait_limit`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -151,10 +154,21 @@ impl Capacity {
             .saturating_sub(self.slots.available_permits())
     }
 
-    /// Claims held now: claiming, waiting for a slot, building or settling.
+    /// Claims held now: claiming, waiting for a slot, building or settling. Read under the
+    /// lock that changes the grant, so a grant moving meanwhile cannot make it read zero.
     pub fn held(&self) -> usize {
-        let granted = self.granted.lock().map(|g| *g).unwrap_or(0);
-        granted.saturating_sub(self.holds.available_permits())
+        match self.granted.lock() {
+            Ok(granted) => granted.saturating_sub(self.holds.available_permits()),
+            Err(_) => self.max_holds,
+        }
+    }
+
+    /// How long a claim may wait for a slot before it is handed back: four times the budget. Holds
+    /// follow the mean build only as builds end, so after builds suddenly slow down the claims
+    /// already held would otherwise wait behind them (for as long as builds take) where no other
+    /// node can take them; in the steady state a wait is about the budget.
+    pub fn wait_limit(&self) -> Duration {
+        4 * AHEAD_BUDGET
     }
 
     /// Waits until no claim is held, or `timeout` passes. Returns whether none is.
