@@ -2,6 +2,8 @@
 //! matter. It carries IDs and trace context only, never a fact: the ledger decides what it
 //! means. A transport needs only a `Recipient<Nudge>`, so it knows nothing of the actors.
 
+use std::time::Duration;
+
 use actix::Message;
 use uuid::Uuid;
 
@@ -20,14 +22,32 @@ pub struct Nudge {
     /// The events this nudge stands for (recorded on the run that serves them).
     pub event_ids: Vec<Uuid>,
     pub traceparent: Option<String>,
+    /// How long before the nudge was sent the ledger recorded the demand it stands for, by the
+    /// ledger's clock (the statement that found the demand computed it); `None` when nobody
+    /// asked the ledger, which the matter actor takes as "just now".
+    ///
+    /// Why: the debounce window exists to let a burst of uploads land before the claim. It
+    /// counts from when the demand was recorded, not from when its nudge arrived, so a backlog
+    /// (events recorded while no node ran, or delayed by the broker or a busy relay) is claimed
+    /// at once instead of waiting a window that passed long ago. Only a delay, never a fact:
+    /// what is served is still decided by the claim, from the ledger's row.
+    pub recorded_ago: Option<Duration>,
 }
 
 impl Nudge {
+    /// A nudge for a matter, no event or trace, of a demand recorded just now.
     pub fn matter(firm_id: Uuid, matter_id: Uuid) -> Self {
         Self {
             key: MatterKey { firm_id, matter_id },
             event_ids: Vec::new(),
             traceparent: None,
+            recorded_ago: None,
         }
+    }
+
+    /// The same nudge, of a demand the ledger recorded `ago` before it was sent.
+    pub fn recorded_ago(mut self, ago: Duration) -> Self {
+        self.recorded_ago = Some(ago);
+        self
     }
 }

@@ -123,6 +123,7 @@ async fn demand_and_nudge(db: &TestDb, node: &Node, firm: Uuid, matter: Uuid) ->
         },
         event_ids: vec![event_id],
         traceparent: Some(Traceparent::new_root().to_string()),
+        recorded_ago: None,
     });
     event_id
 }
@@ -217,6 +218,43 @@ async fn a_stalled_node_is_fenced_when_another_node_takes_over() {
         vec![token_a + 1]
     );
     assert_eq!(a.metrics().counters.builds_fenced.get(), 1);
+}
+
+/// A demand reconcile finds (no change to its row for the quiet period, by the ledger's clock)
+/// is claimed at once: its debounce window passed long ago, so the sweeper's nudge says so.
+#[actix_rt::test]
+async fn a_demand_reconcile_finds_is_claimed_without_a_second_debounce_window() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let db = TestDb::new(16).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let (gate, _open) = Gate::new(true, Duration::ZERO);
+    let mut s = settings(&db, "node");
+    s.trigger.debounce_ms = WINDOW.as_millis() as u64;
+    s.trigger.max_wait_ms = 2 * s.trigger.debounce_ms;
+    let node = start(&db, s, gate, false).await;
+    let mut c = db.pool.get().await.unwrap();
+    // Recorded, its nudge lost; the ledger clock then runs past reconcile's quiet period.
+    t::demand(&mut c, firm, matter).await.unwrap();
+    db.advance_ledger_clock(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    let report = node.sweep_now().await.unwrap();
+    assert_eq!(report.unserved, 1, "reconcile finds the demand");
+    until_job(
+        &db,
+        firm,
+        matter,
+        Duration::from_secs(20),
+        "the claim",
+        |j| j.claimed_generation > 0,
+    )
+    .await;
+    let took = asked.elapsed();
+    assert!(
+        took < WINDOW - Duration::from_millis(500),
+        "reconcile's nudge waited a debounce window: claimed {took:?} after the sweep (window {WINDOW:?})"
+    );
 }
 
 #[actix_rt::test]

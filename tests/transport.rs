@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::Actor;
 use briefrail::builders::brief::BriefBuilder;
@@ -43,11 +43,17 @@ struct Rig {
 
 /// A node (brief builder) and AMQP options on a database and topology of this test's own.
 async fn rig(reconcile_after: Duration) -> Rig {
+    rig_with(reconcile_after, Duration::from_millis(20)).await
+}
+
+/// [`rig`] with a debounce window of `debounce`.
+async fn rig_with(reconcile_after: Duration, debounce: Duration) -> Rig {
     let db = TestDb::new(16).await.unwrap();
     let scope = BrokerScope::new();
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
-    s.trigger.debounce_ms = 20;
+    s.trigger.debounce_ms = debounce.as_millis() as u64;
+    s.trigger.max_wait_ms = s.trigger.max_wait_ms.max(4 * s.trigger.debounce_ms);
     s.transport.prefix = scope.prefix.clone();
     let s = Arc::new(s);
     // The transport's parts are started by each test, one by one.
@@ -976,4 +982,88 @@ async fn a_late_copy_of_an_event_retention_removed_is_acked_counted_and_changes_
         (before.requested_generation, before.landed_generation),
         "neither message changed the ledger"
     );
+}
+
+/// Seconds, by the ledger's clock, from a matter's first outbox event to its first claim.
+async fn claimed_after(db: &TestDb, matter: Uuid) -> f64 {
+    #[derive(QueryableByName)]
+    struct S {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        s: f64,
+    }
+    let mut c = db.pool.get().await.unwrap();
+    diesel::sql_query(format!(
+        "SELECT extract(epoch FROM (SELECT min(started_at) FROM ops.matter_frame_runs
+                                     WHERE matter_id = '{matter}')
+                                 - (SELECT min(created_at) FROM ops.domain_event_outbox
+                                     WHERE matter_id = '{matter}'))::float8 AS s"
+    ))
+    .get_result::<S>(&mut c)
+    .await
+    .unwrap()
+    .s
+}
+
+/// The debounce window counts from the record, by the ledger's clock: a fact recorded a minute
+/// before any transport ran is claimed at once, not a window after its nudge arrives; a fact
+/// recorded while the transport runs still waits its whole window (so a burst of uploads lands
+/// in one build). `start` starts the transport under test and returns what keeps it running.
+async fn the_debounce_counts_from_the_record<K>(start: impl FnOnce(&Rig) -> K) {
+    const WINDOW: Duration = Duration::from_millis(2500);
+    let r = rig_with(Duration::from_secs(600), WINDOW).await;
+    let firm = Uuid::new_v4();
+    let (backlog, fresh) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, backlog, "Backlog v. Node")
+        .await
+        .unwrap();
+    r.db.advance_ledger_clock(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let _transport = start(&r);
+    eventually(Duration::from_secs(20), "the backlog served", || async {
+        served(&r.db, firm, backlog).await.then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took < WINDOW - Duration::from_millis(500),
+        "a fact recorded a minute ago waited for a debounce window: served {took:?} after the \
+         transport started (window {WINDOW:?})"
+    );
+
+    facts::create_matter(&mut c, firm, fresh, "Fresh v. Node")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the fresh fact served", || async {
+        served(&r.db, firm, fresh).await.then_some(())
+    })
+    .await;
+    let waited = claimed_after(&r.db, fresh).await;
+    assert!(
+        waited >= WINDOW.as_secs_f64() - 0.02,
+        "a fact recorded while the node ran was claimed {waited:.3} s after it was recorded, \
+         inside its {WINDOW:?} debounce window"
+    );
+}
+
+#[actix_rt::test]
+async fn over_amqp_the_debounce_counts_from_the_record() {
+    the_debounce_counts_from_the_record(|r| {
+        (
+            Relay::new(r.opts.clone()).start(),
+            TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start(),
+        )
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn over_postgres_the_debounce_counts_from_the_record() {
+    use briefrail::transport::postgres::PgTransport;
+    the_debounce_counts_from_the_record(|r| {
+        PgTransport::new(pg_transport(r, 50), r.node.nudges()).start()
+    })
+    .await;
 }

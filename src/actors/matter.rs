@@ -2,7 +2,8 @@
 //!
 //! It coalesces nudges: the first starts a `trigger.debounce_ms` window that each further
 //! nudge extends, capped at `trigger.max_wait_ms` after the first, so a steady stream of
-//! uploads still produces builds. Then it takes a hold (one of the node's `builders.held_claims`),
+//! uploads still produces builds. A window counts from when the ledger recorded the demand
+//! (`Nudge::recorded_ago`), so the nudge of a backlog is claimed at once. Then it takes a hold (one of the node's `builders.held_claims`),
 //! checks the row for unserved demand, and runs the claim (with the lost-claim path). A won
 //! token goes to a builder, which waits for a slot; a commit that re-claimed (demands piled up
 //! mid-build) is dispatched again at once on the same hold.
@@ -53,6 +54,9 @@ pub struct Crash;
 struct Pending {
     /// When the first of them arrived: the max-wait cap counts from here.
     since: Option<Instant>,
+    /// When the debounce window of the newest demand among them ends: its nudge's arrival plus
+    /// `trigger.debounce_ms`, less the time the ledger says passed since it was recorded.
+    quiet_at: Option<Instant>,
     event_ids: Vec<Uuid>,
     /// The trace of every coalesced demand: the build links to all of them.
     traceparents: Vec<String>,
@@ -89,9 +93,12 @@ impl MatterActor {
     fn schedule(&mut self, ctx: &mut Context<Self>) {
         let Some(p) = &self.pending else { return };
         let trigger = &self.node.settings.trigger;
-        let since = p.since.unwrap_or_else(Instant::now);
-        let cap = Duration::from_millis(trigger.max_wait_ms).saturating_sub(since.elapsed());
-        let delay = Duration::from_millis(trigger.debounce_ms).min(cap);
+        let now = Instant::now();
+        let cap = p.since.unwrap_or(now) + Duration::from_millis(trigger.max_wait_ms);
+        let quiet = p
+            .quiet_at
+            .unwrap_or_else(|| now + Duration::from_millis(trigger.debounce_ms));
+        let delay = quiet.min(cap).saturating_duration_since(now);
         if let Some(h) = self.timer.take() {
             ctx.cancel_future(h);
         }
@@ -252,8 +259,12 @@ impl Handler<Nudge> for MatterActor {
         Metrics::inc(&self.node.metrics.counters.nudges_received);
         self.last_activity = Instant::now();
         let coalesced = self.pending.is_some() || self.cycle_running;
+        let debounce = Duration::from_millis(self.node.settings.trigger.debounce_ms);
+        let now = Instant::now();
+        let quiet = now + debounce.saturating_sub(msg.recorded_ago.unwrap_or_default());
         let p = self.pending.get_or_insert_with(Pending::default);
-        p.since.get_or_insert_with(Instant::now);
+        p.since.get_or_insert(now);
+        p.quiet_at = Some(p.quiet_at.map_or(quiet, |q| q.max(quiet)));
         p.event_ids.extend(msg.event_ids);
         if let Some(tp) = msg.traceparent {
             if !p.traceparents.contains(&tp) {

@@ -92,8 +92,13 @@ impl Sweeper {
         let unserved =
             t::unserved(&mut conn, node.settings.retry.max_attempts, batch, quiet).await?;
         drop(conn);
-        for m in expired.iter().map(|(m, _)| m).chain(unserved.iter()) {
+        for (m, _) in &expired {
             nudges.do_send(Nudge::matter(m.firm_id, m.matter_id));
+        }
+        // The ledger found no change to these rows for `quiet`: their demands are at least that
+        // old, so their debounce windows have passed.
+        for m in &unserved {
+            nudges.do_send(Nudge::matter(m.firm_id, m.matter_id).recorded_ago(quiet));
         }
         Ok(SweepReport {
             expired: expired.len(),

@@ -55,6 +55,9 @@ pub struct Fact {
     pub firm_id: Uuid,
     pub matter_id: Uuid,
     pub traceparent: Option<String>,
+    /// How long before the trigger's transaction the ledger recorded the fact, by the ledger's
+    /// clock, where the trigger asked (`None`: unknown). Its nudge's debounce counts from then.
+    pub recorded_ago: Option<std::time::Duration>,
 }
 
 /// What the trigger did with an event.
@@ -157,10 +160,14 @@ pub async fn apply_batch(
     let wires = wires.to_vec();
     conn.transaction(async move |tx| {
         let ids: Vec<Uuid> = wires.iter().map(|w| w.event_id).collect();
-        let rows: HashMap<Uuid, OutboxRow> = outbox::events(tx, &ids)
+        let mut ages = HashMap::new();
+        let rows: HashMap<Uuid, OutboxRow> = outbox::events_aged(tx, &ids)
             .await?
             .into_iter()
-            .map(|r| (r.event_id, r))
+            .map(|(r, ago)| {
+                ages.insert(r.event_id, ago);
+                (r.event_id, r)
+            })
             .collect();
         let mut out: Vec<Option<Applied>> = vec![None; wires.len()];
         let mut confirmed: Vec<OutboxRow> = Vec::new();
@@ -195,10 +202,13 @@ pub async fn apply_batch(
                 out[i] = Some(Applied::Duplicate);
             }
         }
-        for (row, applied) in confirmed
+        for (row, mut applied) in confirmed
             .iter()
             .zip(apply_rows(tx, &consumer, &confirmed).await?)
         {
+            if let Applied::Demand { fact, .. } = &mut applied {
+                fact.recorded_ago = ages.get(&row.event_id).copied();
+            }
             out[first_copy[&row.event_id]] = Some(applied);
         }
         out.into_iter()
@@ -285,6 +295,9 @@ pub struct Drained {
     pub outcome: String,
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
     pub requested_generation: Option<i64>,
+    /// Seconds, by the ledger's clock, from the event's recording to this batch.
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub recorded_ago_s: f64,
 }
 
 /// The embedded transport's batch, in one statement (`ops.drain_outbox`, next to
@@ -298,7 +311,8 @@ pub async fn drain_outbox(
     use diesel::sql_types::{Array, Integer, Text};
     let heard: Vec<&str> = HEARD.to_vec();
     Ok(diesel::sql_query(
-        "SELECT event_id, firm_id, matter_id, traceparent, outcome, requested_generation
+        "SELECT event_id, firm_id, matter_id, traceparent, outcome, requested_generation,
+                recorded_ago_s
            FROM ops.drain_outbox($1, $2, $3)",
     )
     .bind::<Text, _>(consumer)
@@ -330,6 +344,7 @@ fn applied_from(row: &OutboxRow, a: &AppliedEvent) -> Result<Applied> {
                 firm_id: row.firm_id,
                 matter_id: row.matter_id,
                 traceparent: row.traceparent.clone(),
+                recorded_ago: None,
             },
         },
         (other, g) => {

@@ -331,13 +331,40 @@ pub async fn events(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
 ) -> Result<Vec<super::models::OutboxRow>> {
+    Ok(events_aged(conn, event_ids)
+        .await?
+        .into_iter()
+        .map(|(row, _)| row)
+        .collect())
+}
+
+/// [`events`], each with how long ago the ledger recorded it: `ops.now()` less its
+/// `created_at`, both the ledger clock, in the same statement (never a process clock).
+pub async fn events_aged(
+    conn: &mut AsyncPgConnection,
+    event_ids: &[Uuid],
+) -> Result<Vec<(super::models::OutboxRow, std::time::Duration)>> {
+    use diesel::dsl::sql;
     use ops::domain_event_outbox::dsl as o;
-    Ok(o::domain_event_outbox
+    let rows: Vec<(super::models::OutboxRow, f64)> = o::domain_event_outbox
         .filter(o::event_id.eq_any(event_ids))
-        .select(super::models::OutboxRow::as_select())
+        .select((
+            super::models::OutboxRow::as_select(),
+            sql::<diesel::sql_types::Double>("extract(epoch FROM ops.now() - created_at)::float8"),
+        ))
         .for_key_share()
         .load(conn)
-        .await?)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(row, ago)| (row, seconds_ago(ago)))
+        .collect())
+}
+
+/// A span of the ledger's clock in seconds as a duration: one recorded "in the future" (a
+/// clock moved back) counts as just now.
+pub fn seconds_ago(s: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(std::time::Duration::MAX)
 }
 
 /// The outbox row of `event_id`, if the ledger recorded it: what a nudge is checked against.

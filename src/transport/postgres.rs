@@ -15,6 +15,7 @@ use super::Stop;
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{self, BRIEF_RAIL};
+use crate::ledger::outbox;
 use crate::metrics::Metrics;
 use crate::nudge::{MatterKey, Nudge};
 use crate::secret::SecretUrl;
@@ -115,6 +116,7 @@ pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) ->
                     },
                     event_ids: vec![row.event_id],
                     traceparent: row.traceparent.clone(),
+                    recorded_ago: Some(outbox::seconds_ago(row.recorded_ago_s)),
                 });
             }
             "duplicate" => duplicates += 1,

@@ -240,6 +240,7 @@ async fn settle(
                 },
                 event_ids: vec![fact.event_id],
                 traceparent: fact.traceparent,
+                recorded_ago: fact.recorded_ago,
             });
         }
         Applied::Duplicate => {

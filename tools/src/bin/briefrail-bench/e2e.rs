@@ -30,12 +30,16 @@ pub struct Run {
 pub struct Served {
     pub per_s: f64,
     pub wall_s: f64,
+    /// Every matter, the probes too, over the time to the last frame of any.
+    pub with_probes_per_s: f64,
     pub log_bytes_per_matter: f64,
     /// The longest `spans` array of any log line: a line carries its own chain only.
     pub longest_span_chain: usize,
     pub node_cpu_s: f64,
     /// Outbox commit → build start of probe uploads made while the load is served, ms.
     pub loaded_latency_ms: Option<(f64, f64)>,
+    /// Seconds from the node's start to the end of each stage.
+    pub phases: Vec<(&'static str, f64)>,
 }
 
 /// The node's pool, and the ceiling's client count.
@@ -252,14 +256,34 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         #[diesel(sql_type = diesel::sql_types::Double)]
         t: f64,
     }
-    let last: T = diesel::sql_query(format!(
-        "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
-           FROM ops.matter_frames f WHERE f.firm_id = '{firm}'"
-    ))
-    .get_result(&mut pool.get().await?)
-    .await?;
     let probe_ids = probes.await??;
+    // The rate is the loaded matters' own: their last frame. The probes start 300 ms in and
+    // each waits the trigger's debounce, so in a run of about a second the last probe's frame
+    // would bound the figure, not the load (it is reported beside it).
+    let last_frame = |only_loaded: bool| {
+        let probes = probe_ids
+            .iter()
+            .map(|m| format!("'{m}'"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let filter = if only_loaded && !probes.is_empty() {
+            format!(" AND f.matter_id NOT IN ({probes})")
+        } else {
+            String::new()
+        };
+        format!(
+            "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
+               FROM ops.matter_frames f WHERE f.firm_id = '{firm}'{filter}"
+        )
+    };
+    let last: T = diesel::sql_query(last_frame(true))
+        .get_result(&mut pool.get().await?)
+        .await?;
+    let last_any: T = diesel::sql_query(last_frame(false))
+        .get_result(&mut pool.get().await?)
+        .await?;
     let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
+    let phases = phases(&pool, t0).await?;
     for n in &mut nodes {
         let _ = Command::new("kill")
             .args(["-TERM", &n.child.id().to_string()])
@@ -293,13 +317,45 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let _ = std::fs::remove_dir_all(&dir);
     let wall = last.t - t0;
     Ok(Served {
-        per_s: want as f64 / wall,
+        per_s: run.matters as f64 / wall,
         wall_s: wall,
+        with_probes_per_s: want as f64 / (last_any.t - t0),
         log_bytes_per_matter: bytes as f64 / want as f64,
         longest_span_chain: longest,
         node_cpu_s: cpu,
         loaded_latency_ms,
+        phases,
     })
+}
+
+/// Where a run's time went: seconds from the node's start (the same database clock as the
+/// rate) to the last event of each stage, the probes' included.
+async fn phases(pool: &Pool, t0: f64) -> R<Vec<(&'static str, f64)>> {
+    let stages = [
+        ("node up", "min(started_at)", "ops.nodes"),
+        (
+            "last published",
+            "max(published_at)",
+            "ops.domain_event_outbox",
+        ),
+        ("last demand", "max(consumed_at)", "ops.consumed_events"),
+        ("last claim", "max(started_at)", "ops.matter_frame_runs"),
+        ("last frame", "max(created_at)", "ops.matter_frames"),
+    ];
+    #[derive(diesel::QueryableByName)]
+    struct T {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Double>)]
+        t: Option<f64>,
+    }
+    let mut out = Vec::new();
+    for (name, agg, table) in stages {
+        let sql = format!("SELECT extract(epoch FROM {agg})::float8 AS t FROM {table}");
+        let t: T = diesel::sql_query(sql)
+            .get_result(&mut pool.get().await?)
+            .await?;
+        out.push((name, t.t.map_or(f64::NAN, |t| t - t0)));
+    }
+    Ok(out)
 }
 
 /// p50 and p99 of outbox commit → build start of the probe matters.
@@ -428,9 +484,12 @@ pub fn entry(run: &Run, s: &Served, ceiling: f64) -> serde_json::Value {
         "ceiling_tps": ceiling,
         "ratio": s.per_s / ceiling,
         "seconds": s.wall_s,
+        "with_probes_matters_per_s": s.with_probes_per_s,
+        "with_probes_ratio": s.with_probes_per_s / ceiling,
         "log_bytes_per_matter": s.log_bytes_per_matter,
         "longest_span_chain": s.longest_span_chain,
         "node_cpu_s": s.node_cpu_s,
+        "phases_s": s.phases.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "latency_while_serving_ms": s.loaded_latency_ms.map(|(p50, p99)| json!({"p50": p50, "p99": p99})),
     })
 }

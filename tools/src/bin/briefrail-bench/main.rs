@@ -479,11 +479,12 @@ async fn e2e_section(
 ) -> R<()> {
     let runs = e2e_runs()?;
     println!(
-        "\n{:<44} {:>9} {:>9} {:>6} {:>9} {:>6} {:>8} {:>15}",
+        "\n{:<44} {:>9} {:>9} {:>6} {:>7} {:>9} {:>6} {:>8} {:>15}",
         "end to end (brief builder, json logs)",
         "matters/s",
         "ceiling",
         "ratio",
+        "+probes",
         "log B/m",
         "spans",
         "cpu s",
@@ -503,7 +504,7 @@ async fn e2e_section(
         };
         let s = e2e::serve(server, run).await?;
         println!(
-            "{:<44} {:>9.0} {:>9.0} {:>6.2} {:>9.0} {:>6} {:>8.1} {:>15}",
+            "{:<44} {:>9.0} {:>9.0} {:>6.2} {:>7.2} {:>9.0} {:>6} {:>8.1} {:>15}",
             format!(
                 "{} {} matters, concurrency {}, {} node{}",
                 run.transport,
@@ -515,12 +516,21 @@ async fn e2e_section(
             s.per_s,
             ceiling,
             s.per_s / ceiling,
+            s.with_probes_per_s / ceiling,
             s.log_bytes_per_matter,
             s.longest_span_chain,
             s.node_cpu_s,
             s.loaded_latency_ms
                 .map(|(a, b)| format!("{a:.0}/{b:.0} ms"))
                 .unwrap_or_default()
+        );
+        println!(
+            "    s from start: {}",
+            s.phases
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         list.push(e2e::entry(run, &s, ceiling));
     }
