@@ -283,7 +283,7 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         .get_result(&mut pool.get().await?)
         .await?;
     let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
-    let phases = phases(&pool, t0).await?;
+    let phases = phases(&pool, t0, firm, &probe_ids).await?;
     for n in &mut nodes {
         let _ = Command::new("kill")
             .args(["-TERM", &n.child.id().to_string()])
@@ -329,18 +329,55 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
 }
 
 /// Where a run's time went: seconds from the node's start (the same database clock as the
-/// rate) to the last event of each stage, the probes' included.
-async fn phases(pool: &Pool, t0: f64) -> R<Vec<(&'static str, f64)>> {
+/// rate) to the first and the last event of each stage, for the loaded matters (not the probes).
+async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'static str, f64)>> {
+    let not_probe = if probes.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " AND matter_id NOT IN ({})",
+            probes
+                .iter()
+                .map(|m| format!("'{m}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    let loaded = format!("firm_id = '{firm}'{not_probe}");
     let stages = [
-        ("node up", "min(started_at)", "ops.nodes"),
+        ("node up", "min(started_at)", "ops.nodes".to_owned()),
+        (
+            "first published",
+            "min(published_at)",
+            format!("ops.domain_event_outbox WHERE {loaded}"),
+        ),
+        (
+            "first frame",
+            "min(created_at)",
+            format!("ops.matter_frames WHERE {loaded}"),
+        ),
         (
             "last published",
             "max(published_at)",
-            "ops.domain_event_outbox",
+            format!("ops.domain_event_outbox WHERE {loaded}"),
         ),
-        ("last demand", "max(consumed_at)", "ops.consumed_events"),
-        ("last claim", "max(started_at)", "ops.matter_frame_runs"),
-        ("last frame", "max(created_at)", "ops.matter_frames"),
+        (
+            "last demand",
+            "max(c.consumed_at)",
+            format!(
+                "ops.consumed_events c JOIN ops.domain_event_outbox USING (event_id) WHERE {loaded}"
+            ),
+        ),
+        (
+            "last claim",
+            "max(started_at)",
+            format!("ops.matter_frame_runs WHERE {loaded}"),
+        ),
+        (
+            "last frame",
+            "max(created_at)",
+            format!("ops.matter_frames WHERE {loaded}"),
+        ),
     ];
     #[derive(diesel::QueryableByName)]
     struct T {
@@ -348,8 +385,8 @@ async fn phases(pool: &Pool, t0: f64) -> R<Vec<(&'static str, f64)>> {
         t: Option<f64>,
     }
     let mut out = Vec::new();
-    for (name, agg, table) in stages {
-        let sql = format!("SELECT extract(epoch FROM {agg})::float8 AS t FROM {table}");
+    for (name, agg, from) in stages {
+        let sql = format!("SELECT extract(epoch FROM {agg})::float8 AS t FROM {from}");
         let t: T = diesel::sql_query(sql)
             .get_result(&mut pool.get().await?)
             .await?;
