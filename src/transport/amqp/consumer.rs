@@ -159,18 +159,18 @@ async fn consume(
         Ok(applied) => {
             #[cfg(feature = "otel")]
             link_demands(&applied);
-            for ((d, e), a) in batch.iter().zip(applied) {
-                settle(opts, nudges, dead, d, e, a).await?;
-            }
+            let settled: Vec<_> = batch.iter().zip(applied).collect();
+            settle(opts, nudges, dead, settled).await?;
         }
         // A permanent error of the batch as a whole: which message caused it is found by
         // applying each alone; only that one is dead-lettered.
         Err(err) if batch.len() > 1 => {
             tracing::warn!(error = %err, events = batch.len(), "a batch was refused; applying its messages one by one");
-            for (d, e) in batch {
+            for member in batch {
+                let (d, e) = member;
                 match apply_when_possible(opts, std::slice::from_ref(e)).await {
                     Ok(mut one) => match one.pop() {
-                        Some(a) => settle(opts, nudges, dead, d, e, a).await?,
+                        Some(a) => settle(opts, nudges, dead, vec![(member, a)]).await?,
                         None => dead_letter(opts, dead, d, "the ledger gave no result").await?,
                     },
                     Err(err) => dead_letter(opts, dead, d, &err.to_string()).await?,
@@ -205,25 +205,45 @@ fn link_demands(applied: &[Applied]) {
     crate::otel::join(&span, None, &links);
 }
 
-/// Acks (or dead-letters) one delivery by what the ledger made of it, then nudges its matter.
+/// Acks (or dead-letters) each delivery of a committed batch by what the ledger made of it,
+/// then nudges the matters of its demands.
+///
+/// The acks go out together and are awaited together: each is a command to lapin's I/O thread
+/// and a wait for its answer, and one after another they were a thread hand-off per delivery,
+/// each waiting for a core on a saturated machine. A refused message is dead-lettered first, in
+/// order. Every demand is nudged even when an ack failed: the demand is committed, and its
+/// redelivery would be a duplicate, which nudges no one.
 async fn settle(
     opts: &AmqpOptions,
     nudges: &Recipient<Nudge>,
     dead: &Channel,
-    d: &Delivery,
-    e: &EventEnvelope,
-    applied: Applied,
+    batch: Vec<(&(Delivery, EventEnvelope), Applied)>,
 ) -> Result<()> {
-    if let Applied::Refused(reason) = applied {
-        // The ledger does not confirm this message: nothing changed; keep it for a person.
-        Metrics::inc(&opts.metrics.counters.nudges_refused);
-        return dead_letter(opts, dead, d, &reason).await;
+    let mut acks = Vec::with_capacity(batch.len());
+    let mut accepted = Vec::with_capacity(batch.len());
+    for ((d, e), applied) in batch {
+        if let Applied::Refused(reason) = applied {
+            // The ledger does not confirm this message: nothing changed; keep it for a person.
+            Metrics::inc(&opts.metrics.counters.nudges_refused);
+            dead_letter(opts, dead, d, &reason).await?;
+            continue;
+        }
+        acks.push(d.acker.ack(BasicAckOptions::default()));
+        accepted.push((e.event_id, applied));
     }
-    d.acker
-        .ack(BasicAckOptions::default())
-        .await
-        .map_err(broker)?;
-    let event_id = e.event_id;
+    let acked = futures_util::future::join_all(acks).await;
+    for (event_id, applied) in accepted {
+        announce(opts, nudges, event_id, applied);
+    }
+    for a in acked {
+        a.map_err(broker)?;
+    }
+    Ok(())
+}
+
+/// What the ledger made of one acked delivery: a nudge for a demand, a count or a log line for
+/// the rest.
+fn announce(opts: &AmqpOptions, nudges: &Recipient<Nudge>, event_id: uuid::Uuid, applied: Applied) {
     match applied {
         Applied::Demand {
             requested_generation,
@@ -257,9 +277,9 @@ async fn settle(
             Metrics::inc(&opts.metrics.counters.nudges_expired);
             tracing::info!(%event_id, %reason, "late copy of a removed event: acked, no effect");
         }
-        Applied::Refused(_) => unreachable!("handled above"),
+        // Dead-lettered by `settle` before it acks.
+        Applied::Refused(_) => {}
     }
-    Ok(())
 }
 
 /// Applies the delivery, retrying in place (backing off up to 5 s) for as long as the database

@@ -125,13 +125,18 @@ async fn lease(opts: &AmqpOptions, n: usize) -> Result<Vec<OutboxRow>> {
 
 type Pending = Vec<(uuid::Uuid, lapin::PublisherConfirm)>;
 
-/// Publishes the rows (persistent, mandatory); stops at the first channel error.
+/// Publishes the rows (persistent, mandatory), in their order. A row from the first channel
+/// error on counts as not published (one after it may have gone out all the same: it is
+/// published again after its backoff, and the inbox absorbs the copy).
+///
+/// The publishes go out together: each is handed to lapin's I/O thread and awaited until its
+/// frames are written, and one after another they were a thread hand-off per message. They are
+/// first polled in row order, which is the order their frames and confirm tags take.
 async fn publish(ch: &Channel, opts: &AmqpOptions, rows: &[OutboxRow]) -> (Pending, Option<Error>) {
-    let mut pending = Vec::with_capacity(rows.len());
-    for row in rows {
+    let sends = rows.iter().map(|row| {
         let (body, props) = message::encode(&row.envelope());
-        match ch
-            .basic_publish(
+        async move {
+            ch.basic_publish(
                 opts.topology.events_exchange.as_str().into(),
                 row.event_name.as_str().into(),
                 BasicPublishOptions {
@@ -142,7 +147,11 @@ async fn publish(ch: &Channel, opts: &AmqpOptions, rows: &[OutboxRow]) -> (Pendi
                 props,
             )
             .await
-        {
+        }
+    });
+    let mut pending = Vec::with_capacity(rows.len());
+    for (row, sent) in rows.iter().zip(futures_util::future::join_all(sends).await) {
+        match sent {
             Ok(confirm) => pending.push((row.event_id, confirm)),
             Err(e) => return (pending, Some(broker(e))),
         }
