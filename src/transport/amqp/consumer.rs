@@ -211,8 +211,9 @@ fn link_demands(applied: &[Applied]) {
 /// The acks go out together and are awaited together: each is a command to lapin's I/O thread
 /// and a wait for its answer, and one after another they were a thread hand-off per delivery,
 /// each waiting for a core on a saturated machine. A refused message is dead-lettered first, in
-/// order. Every demand is nudged even when an ack failed: the demand is committed, and its
-/// redelivery would be a duplicate, which nudges no one.
+/// order; one that cannot be dead-lettered stays unacked and does not stop the others. Every
+/// demand is nudged even when an ack failed: the demand is committed, and its redelivery would
+/// be a duplicate, which nudges no one. The first failure is reported after all that.
 async fn settle(
     opts: &AmqpOptions,
     nudges: &Recipient<Nudge>,
@@ -221,11 +222,15 @@ async fn settle(
 ) -> Result<()> {
     let mut acks = Vec::with_capacity(batch.len());
     let mut accepted = Vec::with_capacity(batch.len());
+    let mut first_error = None;
     for ((d, e), applied) in batch {
         if let Applied::Refused(reason) = applied {
             // The ledger does not confirm this message: nothing changed; keep it for a person.
+            // A failure here leaves it unacked (it comes back); the others still settle.
             Metrics::inc(&opts.metrics.counters.nudges_refused);
-            dead_letter(opts, dead, d, &reason).await?;
+            if let Err(err) = dead_letter(opts, dead, d, &reason).await {
+                first_error.get_or_insert(err);
+            }
             continue;
         }
         acks.push(d.acker.ack(BasicAckOptions::default()));
@@ -236,9 +241,11 @@ async fn settle(
         announce(opts, nudges, event_id, applied);
     }
     for a in acked {
-        a.map_err(broker)?;
+        if let Err(err) = a {
+            first_error.get_or_insert(broker(err));
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// What the ledger made of one acked delivery: a nudge for a demand, a count or a log line for
