@@ -3,10 +3,11 @@
 //! It coalesces nudges: the first starts a `trigger.debounce_ms` window that each further
 //! nudge extends, capped at `trigger.max_wait_ms` after the first, so a steady stream of
 //! uploads still produces builds. A window counts from when the ledger recorded the demand
-//! (`Nudge::recorded_ago`), so the nudge of a backlog is claimed at once. Then it takes a hold (one of the node's `builders.held_claims`),
-//! checks the row for unserved demand, and runs the claim (with the lost-claim path). A won
-//! token goes to a builder, which waits for a slot; a commit that re-claimed (demands piled up
-//! mid-build) is dispatched again at once on the same hold.
+//! (`Nudge::recorded_ago`), so the nudge of a backlog is claimed at once. Then it takes a hold
+//! (one of the node's `builders.held_claims`), checks the row for unserved demand, and runs the
+//! claim (with the lost-claim path). A won token goes to a builder, which waits for a slot; a
+//! commit that re-claimed (demands piled up mid-build) is dispatched again at once on the same
+//! hold.
 //!
 //! Interleaving is made harmless by explicit state rather than by holding the mailbox: while a
 //! cycle is in flight (`cycle_running`), nudges only add to `pending`; no second claim starts
