@@ -75,7 +75,7 @@ async fn consume(c: &mut AsyncPgConnection, event: Uuid) {
     let row = outbox::event(c, event).await.unwrap().expect("the event");
     let applied = inbox::apply(c, BRIEF_RAIL, &row.envelope()).await.unwrap();
     assert!(
-        !matches!(applied, Applied::Refused(_) | Applied::Duplicate),
+        !matches!(applied, Applied::Refused(_) | Applied::Duplicate(_)),
         "{applied:?}"
     );
     diesel::sql_query("INSERT INTO ops.consumed_events (consumer, event_id) VALUES ('app', $1)")

@@ -1137,3 +1137,36 @@ async fn a_dead_letter_that_fails_does_not_strand_the_rest_of_its_batch() {
         "the forgery was never dead-lettered: its record failed"
     );
 }
+
+/// A consumer that stopped between its commit and its nudge (here: the demand applied by hand,
+/// no nudge sent) leaves the message unacked; its redelivery is a duplicate, and the duplicate
+/// nudges the matter, so it is served now rather than when reconcile finds it.
+#[actix_rt::test]
+async fn a_duplicate_delivery_nudges_its_matter() {
+    let r = rig(Duration::from_secs(600)).await;
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let event = newest_event(&r.db, matter).await.envelope();
+    let applied =
+        briefrail::ledger::inbox::apply(&mut c, briefrail::ledger::inbox::BRIEF_RAIL, &event)
+            .await
+            .unwrap();
+    assert!(
+        matches!(applied, briefrail::ledger::inbox::Applied::Demand { .. }),
+        "{applied:?}"
+    );
+    publish_row(&ch, &ex, &event).await;
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    eventually(
+        Duration::from_secs(20),
+        "the matter served after its duplicate",
+        || async { served(&r.db, firm, matter).await.then_some(()) },
+    )
+    .await;
+    assert_eq!(get(&r.opts.metrics.counters.events_duplicate), 1);
+}

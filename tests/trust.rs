@@ -143,7 +143,7 @@ async fn a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brie
         assert!(
             !matches!(
                 refused,
-                Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate)
+                Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate(_))
             ),
             "forged {forge}: the forgery was believed: {refused:?}"
         );
@@ -182,7 +182,7 @@ async fn a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brie
     assert!(
         !matches!(
             r,
-            Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate)
+            Ok(Applied::Demand { .. } | Applied::Covered | Applied::Duplicate(_))
         ),
         "an unknown event id was believed: {r:?}"
     );

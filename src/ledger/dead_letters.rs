@@ -264,7 +264,7 @@ fn describe(a: &Applied) -> String {
             requested_generation,
             ..
         } => format!("demand recorded (requested generation {requested_generation})"),
-        Applied::Duplicate => "already consumed: no second effect".into(),
+        Applied::Duplicate(_) => "already consumed: no second effect".into(),
         Applied::Gated(why) => format!("consumed, gated: {why}"),
         Applied::Covered => "consumed: a build already reads this fact".into(),
         Applied::NotHeard(name) => format!("consumed: the rail does not hear {name}"),

@@ -60,6 +60,19 @@ pub struct Fact {
     pub recorded_ago: Option<std::time::Duration>,
 }
 
+impl Fact {
+    /// The fact of an outbox row: every value from the ledger's row (its age unknown).
+    fn of(row: &OutboxRow) -> Self {
+        Self {
+            event_id: row.event_id,
+            firm_id: row.firm_id,
+            matter_id: row.matter_id,
+            traceparent: row.traceparent.clone(),
+            recorded_ago: None,
+        }
+    }
+}
+
 /// What the trigger did with an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
@@ -68,8 +81,10 @@ pub enum Applied {
         requested_generation: i64,
         fact: Fact,
     },
-    /// Already consumed: no second effect.
-    Duplicate,
+    /// Already consumed: no second effect on the ledger. Its matter is nudged all the same: a
+    /// copy comes back after a consumer stopped between its commit and its nudge (a crash, a
+    /// broken session), and with no nudge the demand would wait for reconcile.
+    Duplicate(Fact),
     /// Consumed, but a gate said no (archived matter, unknown matter or firm).
     Gated(String),
     /// Consumed; a build that already reads this fact is running or has landed.
@@ -199,14 +214,16 @@ pub async fn apply_batch(
                 v.insert(i);
                 confirmed.push(row.clone());
             } else {
-                out[i] = Some(Applied::Duplicate);
+                let mut fact = Fact::of(row);
+                fact.recorded_ago = ages.get(&row.event_id).copied();
+                out[i] = Some(Applied::Duplicate(fact));
             }
         }
         for (row, mut applied) in confirmed
             .iter()
             .zip(apply_rows(tx, &consumer, &confirmed).await?)
         {
-            if let Applied::Demand { fact, .. } = &mut applied {
+            if let Applied::Demand { fact, .. } | Applied::Duplicate(fact) = &mut applied {
                 fact.recorded_ago = ages.get(&row.event_id).copied();
             }
             out[first_copy[&row.event_id]] = Some(applied);
@@ -325,7 +342,7 @@ pub async fn drain_outbox(
 /// What `ops.apply_events` said of `row`, in words an operator reads.
 fn applied_from(row: &OutboxRow, a: &AppliedEvent) -> Result<Applied> {
     Ok(match (a.outcome.as_str(), a.requested_generation) {
-        ("duplicate", _) => Applied::Duplicate,
+        ("duplicate", _) => Applied::Duplicate(Fact::of(row)),
         ("not_heard", _) => Applied::NotHeard(format!(
             "the brief rail does not hear {:?} (it hears {})",
             row.event_name,
@@ -339,13 +356,7 @@ fn applied_from(row: &OutboxRow, a: &AppliedEvent) -> Result<Applied> {
         ("covered", _) => Applied::Covered,
         ("demand", Some(requested_generation)) => Applied::Demand {
             requested_generation,
-            fact: Fact {
-                event_id: row.event_id,
-                firm_id: row.firm_id,
-                matter_id: row.matter_id,
-                traceparent: row.traceparent.clone(),
-                recorded_ago: None,
-            },
+            fact: Fact::of(row),
         },
         (other, g) => {
             return Err(crate::Error::internal(format!(

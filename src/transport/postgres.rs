@@ -106,9 +106,15 @@ pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) ->
     drop(conn);
     let mut duplicates = 0u64;
     for row in &rows {
+        // A duplicate is a row offered again after a drain that stopped between its commit
+        // and its nudges: it is nudged too (the claim finds nothing to do if it was served).
         match row.outcome.as_str() {
-            "demand" => {
-                Metrics::inc(&opts.metrics.counters.events_consumed);
+            "demand" | "duplicate" => {
+                if row.outcome == "demand" {
+                    Metrics::inc(&opts.metrics.counters.events_consumed);
+                } else {
+                    duplicates += 1;
+                }
                 nudges.do_send(Nudge {
                     key: MatterKey {
                         firm_id: row.firm_id,
@@ -119,7 +125,6 @@ pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) ->
                     recorded_ago: Some(outbox::seconds_ago(row.recorded_ago_s)),
                 });
             }
-            "duplicate" => duplicates += 1,
             other => tracing::debug!(event_id = %row.event_id, outcome = other, "no demand"),
         }
     }

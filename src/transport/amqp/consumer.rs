@@ -212,8 +212,9 @@ fn link_demands(applied: &[Applied]) {
 /// and a wait for its answer, and one after another they were a thread hand-off per delivery,
 /// each waiting for a core on a saturated machine. A refused message is dead-lettered first, in
 /// order; one that cannot be dead-lettered stays unacked and does not stop the others. Every
-/// demand is nudged even when an ack failed: the demand is committed, and its redelivery would
-/// be a duplicate, which nudges no one. The first failure is reported after all that.
+/// demand is nudged even when an ack failed (the demand is committed). The first failure is
+/// reported after all that. Should the session end before the nudges anyway (a concurrent
+/// batch's failure drops this one), the redelivered copies are duplicates, which nudge too.
 async fn settle(
     opts: &AmqpOptions,
     nudges: &Recipient<Nudge>,
@@ -259,20 +260,12 @@ fn announce(opts: &AmqpOptions, nudges: &Recipient<Nudge>, event_id: uuid::Uuid,
             Metrics::inc(&opts.metrics.counters.events_consumed);
             tracing::debug!(%event_id, firm_id = %fact.firm_id, matter_id = %fact.matter_id,
                             requested_generation, "demand recorded");
-            // Every value from the ledger's row, none from the message.
-            nudges.do_send(Nudge {
-                key: MatterKey {
-                    firm_id: fact.firm_id,
-                    matter_id: fact.matter_id,
-                },
-                event_ids: vec![fact.event_id],
-                traceparent: fact.traceparent,
-                recorded_ago: fact.recorded_ago,
-            });
+            nudges.do_send(nudge_of(fact));
         }
-        Applied::Duplicate => {
+        Applied::Duplicate(fact) => {
             Metrics::inc(&opts.metrics.counters.events_duplicate);
-            tracing::debug!(%event_id, "duplicate delivery: no second effect");
+            tracing::debug!(%event_id, "duplicate delivery: no second effect; its matter nudged");
+            nudges.do_send(nudge_of(fact));
         }
         Applied::Gated(reason) => tracing::info!(%event_id, %reason, "gated"),
         Applied::NotHeard(reason) => tracing::debug!(%event_id, %reason, "consumed: not heard"),
@@ -286,6 +279,19 @@ fn announce(opts: &AmqpOptions, nudges: &Recipient<Nudge>, event_id: uuid::Uuid,
         }
         // Dead-lettered by `settle` before it acks.
         Applied::Refused(_) => {}
+    }
+}
+
+/// The nudge for a fact: every value from the ledger's row, none from the message.
+fn nudge_of(fact: inbox::Fact) -> Nudge {
+    Nudge {
+        key: MatterKey {
+            firm_id: fact.firm_id,
+            matter_id: fact.matter_id,
+        },
+        event_ids: vec![fact.event_id],
+        traceparent: fact.traceparent,
+        recorded_ago: fact.recorded_ago,
     }
 }
 
