@@ -984,9 +984,9 @@ async fn a_late_copy_of_an_event_retention_removed_is_acked_counted_and_changes_
     );
 }
 
-/// Seconds, by the ledger's clock, from the consumption of a matter's first event (its demand
-/// recorded) to its first claim: the matter actor's wait alone, not the transport's start.
-async fn claimed_after_consumed(db: &TestDb, matter: Uuid) -> f64 {
+/// Seconds, by the ledger's clock, from `since` (an SQL expression: a time the ledger stamped)
+/// to a matter's first claim.
+async fn claimed_after(db: &TestDb, matter: Uuid, since: &str) -> f64 {
     #[derive(QueryableByName)]
     struct S {
         #[diesel(sql_type = diesel::sql_types::Double)]
@@ -995,10 +995,7 @@ async fn claimed_after_consumed(db: &TestDb, matter: Uuid) -> f64 {
     let mut c = db.pool.get().await.unwrap();
     diesel::sql_query(format!(
         "SELECT extract(epoch FROM (SELECT min(started_at) FROM ops.matter_frame_runs
-                                     WHERE matter_id = '{matter}')
-                                 - (SELECT min(c.consumed_at) FROM ops.consumed_events c
-                                      JOIN ops.domain_event_outbox o USING (event_id)
-                                     WHERE o.matter_id = '{matter}'))::float8 AS s"
+                                     WHERE matter_id = '{matter}') - ({since}))::float8 AS s"
     ))
     .get_result::<S>(&mut c)
     .await
@@ -1006,24 +1003,18 @@ async fn claimed_after_consumed(db: &TestDb, matter: Uuid) -> f64 {
     .s
 }
 
-/// Seconds, by the ledger's clock, from a matter's first outbox event to its first claim.
-async fn claimed_after(db: &TestDb, matter: Uuid) -> f64 {
-    #[derive(QueryableByName)]
-    struct S {
-        #[diesel(sql_type = diesel::sql_types::Double)]
-        s: f64,
-    }
-    let mut c = db.pool.get().await.unwrap();
-    diesel::sql_query(format!(
-        "SELECT extract(epoch FROM (SELECT min(started_at) FROM ops.matter_frame_runs
-                                     WHERE matter_id = '{matter}')
-                                 - (SELECT min(created_at) FROM ops.domain_event_outbox
-                                     WHERE matter_id = '{matter}'))::float8 AS s"
-    ))
-    .get_result::<S>(&mut c)
-    .await
-    .unwrap()
-    .s
+/// When a matter's first event was recorded.
+fn recorded(matter: Uuid) -> String {
+    format!("SELECT min(created_at) FROM ops.domain_event_outbox WHERE matter_id = '{matter}'")
+}
+
+/// When a matter's first demand was recorded (its event consumed): from there the wait is the
+/// matter actor's alone, not the transport's start.
+fn consumed(matter: Uuid) -> String {
+    format!(
+        "SELECT min(c.consumed_at) FROM ops.consumed_events c
+           JOIN ops.domain_event_outbox o USING (event_id) WHERE o.matter_id = '{matter}'"
+    )
 }
 
 /// The debounce window counts from the record, by the ledger's clock: a fact recorded a minute
@@ -1049,7 +1040,7 @@ async fn the_debounce_counts_from_the_record<K>(start: impl FnOnce(&Rig) -> K) {
     .await;
     // From its demand's recording to its claim, by the ledger's clock: the transport's start
     // (connections, declarations) is not part of it.
-    let waited = claimed_after_consumed(&r.db, backlog).await;
+    let waited = claimed_after(&r.db, backlog, &consumed(backlog)).await;
     assert!(
         waited < WINDOW.as_secs_f64() / 2.0,
         "a fact recorded a minute ago waited for a debounce window: claimed {waited:.3} s \
@@ -1063,7 +1054,7 @@ async fn the_debounce_counts_from_the_record<K>(start: impl FnOnce(&Rig) -> K) {
         served(&r.db, firm, fresh).await.then_some(())
     })
     .await;
-    let waited = claimed_after(&r.db, fresh).await;
+    let waited = claimed_after(&r.db, fresh, &recorded(fresh)).await;
     assert!(
         waited >= WINDOW.as_secs_f64() - 0.02,
         "a fact recorded while the node ran was claimed {waited:.3} s after it was recorded, \
