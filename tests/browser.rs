@@ -135,6 +135,18 @@ impl<'a> Browser<'a> {
             .to_owned()
     }
 
+    /// Whether the page shows an element matching `css` now (a WebDriver "no such element"
+    /// is an answer, not a failure).
+    async fn present(&self, css: &str) -> bool {
+        let path = format!("/session/{}/element", self.session);
+        let body = json!({"using": "css selector", "value": css});
+        match try_call(&self.driver.base, "POST", &path, Some(body)).await {
+            Ok(v) => v[ELEMENT].is_string(),
+            Err(v) if v["error"] == "no such element" => false,
+            Err(v) => panic!("webdriver find {css}: {v}"),
+        }
+    }
+
     async fn find(&self, css: &str) -> String {
         let v = self
             .cmd(
@@ -186,7 +198,12 @@ impl<'a> Browser<'a> {
     async fn wait_text(&self, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let t = self.text(css).await;
+            // A click's navigation may still be under way: the element is not there yet.
+            let t = if self.present(css).await {
+                self.text(css).await
+            } else {
+                format!("(no element {css} yet)")
+            };
             if ok(&t) {
                 return t;
             }
