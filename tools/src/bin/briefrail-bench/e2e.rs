@@ -257,31 +257,13 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         t: f64,
     }
     let probe_ids = probes.await??;
-    // The rate is the loaded matters' own: their last frame. The probes start 300 ms in and
-    // each waits the trigger's debounce, so in a run of about a second the last probe's frame
-    // would bound the figure, not the load (it is reported beside it).
-    let last_frame = |only_loaded: bool| {
-        let probes = probe_ids
-            .iter()
-            .map(|m| format!("'{m}'"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let filter = if only_loaded && !probes.is_empty() {
-            format!(" AND f.matter_id NOT IN ({probes})")
-        } else {
-            String::new()
-        };
-        format!(
-            "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
-               FROM ops.matter_frames f WHERE f.firm_id = '{firm}'{filter}"
-        )
-    };
-    let last: T = diesel::sql_query(last_frame(true))
-        .get_result(&mut pool.get().await?)
-        .await?;
-    let last_any: T = diesel::sql_query(last_frame(false))
-        .get_result(&mut pool.get().await?)
-        .await?;
+    // Every frame, the probes' too: the rate beside the loaded matters' own (see `phases`).
+    let last_any: T = diesel::sql_query(format!(
+        "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
+           FROM ops.matter_frames f WHERE f.firm_id = '{firm}'"
+    ))
+    .get_result(&mut pool.get().await?)
+    .await?;
     let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
     let phases = phases(&pool, t0, firm, &probe_ids).await?;
     for n in &mut nodes {
@@ -315,7 +297,13 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     drop(pool);
     admin::drop_database(server, &name).await?;
     let _ = std::fs::remove_dir_all(&dir);
-    let wall = last.t - t0;
+    // The rate is the loaded matters' own: their last frame. The probes start 300 ms in and
+    // each waits the trigger's debounce, so in a run of about a second the last probe's frame
+    // would bound the figure, not the load (it is reported beside it).
+    let wall = phases
+        .iter()
+        .find(|(k, _)| *k == LAST_FRAME)
+        .map_or(f64::NAN, |(_, t)| *t);
     Ok(Served {
         per_s: run.matters as f64 / wall,
         wall_s: wall,
@@ -328,20 +316,24 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     })
 }
 
+/// The phase the rate is measured to.
+const LAST_FRAME: &str = "last frame";
+
+/// Ids as an SQL list of literals (`'a','b'`); empty for none.
+fn quoted(ids: &[Uuid]) -> String {
+    ids.iter()
+        .map(|m| format!("'{m}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Where a run's time went: seconds from the node's start (the same database clock as the
 /// rate) to the first and the last event of each stage, for the loaded matters (not the probes).
 async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'static str, f64)>> {
     let not_probe = if probes.is_empty() {
         String::new()
     } else {
-        format!(
-            " AND matter_id NOT IN ({})",
-            probes
-                .iter()
-                .map(|m| format!("'{m}'"))
-                .collect::<Vec<_>>()
-                .join(",")
-        )
+        format!(" AND matter_id NOT IN ({})", quoted(probes))
     };
     let loaded = format!("firm_id = '{firm}'{not_probe}");
     let stages = [
@@ -374,7 +366,7 @@ async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'s
             format!("ops.matter_frame_runs WHERE {loaded}"),
         ),
         (
-            "last frame",
+            LAST_FRAME,
             "max(created_at)",
             format!("ops.matter_frames WHERE {loaded}"),
         ),
@@ -402,11 +394,7 @@ async fn probe_latency(pool: &Pool, ids: &[Uuid]) -> R<Option<(f64, f64)>> {
         #[diesel(sql_type = diesel::sql_types::Double)]
         ms: f64,
     }
-    let list = ids
-        .iter()
-        .map(|m| format!("'{m}'"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = quoted(ids);
     if list.is_empty() {
         return Ok(None);
     }
