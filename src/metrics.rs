@@ -57,6 +57,9 @@ metric_set! {
         events_duplicate => "Duplicate deliveries acked with no effect",
         events_republished => "Events republished by reconciliation",
         dead_lettered => "Messages sent to the dead-letter queue",
+        /// One ack frame may settle many deliveries (`multiple`): deliveries acked over this
+        /// is how many each frame settled.
+        ack_frames => "Ack frames the trigger consumer sent the broker (one may settle many deliveries)",
         /// Nudges whose event id the ledger does not know, or whose fields disagree with the
         /// event's outbox row: refused to the dead-letter queue, with no effect.
         nudges_refused => "Nudges the ledger does not confirm (unknown event id or forged fields), dead-lettered",

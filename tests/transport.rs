@@ -1161,3 +1161,159 @@ async fn a_duplicate_delivery_nudges_its_matter() {
     .await;
     assert_eq!(get(&r.opts.metrics.counters.events_duplicate), 1);
 }
+
+/// How many deliveries of `queue` the broker holds unacknowledged (`rabbitmqctl`, the
+/// broker's own count).
+fn unacked(queue: &str) -> i64 {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args([
+            "list_queues",
+            "-q",
+            "--no-table-headers",
+            "name",
+            "messages_unacknowledged",
+        ])
+        .output()
+        .expect("rabbitmqctl must be installed beside the broker for this test");
+    assert!(out.status.success(), "rabbitmqctl list_queues: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(queue)).then(|| f.next().and_then(|n| n.parse().ok()))?
+        })
+        .unwrap_or_else(|| panic!("queue {queue} not listed by rabbitmqctl"))
+}
+
+/// One ack frame settles many deliveries, but never one whose batch is still applying: a
+/// delivery held up in the ledger (its matter's job row locked) stays unacknowledged at the
+/// broker while later batches commit around it, so a crash now would redeliver it; once it
+/// commits, every delivery is acked.
+#[actix_rt::test]
+async fn a_batch_committed_behind_one_still_applying_never_acks_it() {
+    let r = rig(Duration::from_secs(600)).await;
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let firm = Uuid::new_v4();
+    let held = Uuid::new_v4();
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, held, "Held v. Lock")
+        .await
+        .unwrap();
+    briefrail::ledger::transitions::demand(&mut c, firm, held)
+        .await
+        .unwrap();
+    facts::request_brief(&mut c, firm, held).await.unwrap();
+    let mut holder = r.db.connection().await.unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "SELECT 1 FROM ops.matter_frame_jobs WHERE matter_id = '{held}' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    publish_row(&ch, &ex, &newest_event(&r.db, held).await.envelope()).await;
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    eventually(
+        Duration::from_secs(10),
+        "the held delivery's batch waiting on the lock",
+        || async {
+            (count(
+                &r.db,
+                "SELECT count(*) AS n FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )
+            .await
+                > 0)
+            .then_some(())
+        },
+    )
+    .await;
+    let others: Vec<Uuid> = (0..10).map(|_| Uuid::new_v4()).collect();
+    for m in &others {
+        facts::create_matter(&mut c, firm, *m, "Later v. Batch")
+            .await
+            .unwrap();
+        publish_row(&ch, &ex, &newest_event(&r.db, *m).await.envelope()).await;
+    }
+    let later = format!(
+        "SELECT count(*) AS n FROM ops.consumed_events c JOIN ops.domain_event_outbox o
+           USING (event_id) WHERE o.matter_id IN ({})",
+        others
+            .iter()
+            .map(|m| format!("'{m}'"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    eventually(
+        Duration::from_secs(20),
+        "the later deliveries committed",
+        || async { (count(&r.db, &later).await == 10).then_some(()) },
+    )
+    .await;
+    // The broker's count is refreshed every `collect_statistics_interval` (5 s): watched for
+    // longer than that while the lock is held, it must never reach zero (the held delivery
+    // acked before its demand was recorded: a crash now would lose it).
+    let queue = r.scope.topology.trigger_queue.clone();
+    eventually(
+        Duration::from_secs(20),
+        "the broker counting the held delivery",
+        || async { (unacked(&queue) >= 1).then_some(()) },
+    )
+    .await;
+    let watch = std::time::Instant::now();
+    while watch.elapsed() < Duration::from_secs(8) {
+        let n = unacked(&queue);
+        assert!(
+            n >= 1,
+            "the held delivery was acked while its batch was still applying"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the held matter served",
+        || async { served(&r.db, firm, held).await.then_some(()) },
+    )
+    .await;
+    eventually(Duration::from_secs(20), "every delivery acked", || async {
+        (unacked(&queue) == 0).then_some(())
+    })
+    .await;
+}
+
+/// Deliveries that arrive together are acked together: a backlog of 200 costs a few ack
+/// frames (one per batch at most), not one per delivery, and leaves nothing unacknowledged.
+#[actix_rt::test]
+async fn a_backlog_is_acked_in_a_few_frames_and_nothing_is_left_unacked() {
+    let r = rig(Duration::from_secs(600)).await;
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let firm = Uuid::new_v4();
+    let mut c = r.db.pool.get().await.unwrap();
+    let matters: Vec<Uuid> = (0..200).map(|_| Uuid::new_v4()).collect();
+    for m in &matters {
+        facts::create_matter(&mut c, firm, *m, "Backlog v. Frames")
+            .await
+            .unwrap();
+        publish_row(&ch, &ex, &newest_event(&r.db, *m).await.envelope()).await;
+    }
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    eventually(
+        Duration::from_secs(30),
+        "every delivery consumed",
+        || async { (get(&r.opts.metrics.counters.events_consumed) == 200).then_some(()) },
+    )
+    .await;
+    let queue = r.scope.topology.trigger_queue.clone();
+    eventually(Duration::from_secs(20), "every delivery acked", || async {
+        (unacked(&queue) == 0).then_some(())
+    })
+    .await;
+    let frames = get(&r.opts.metrics.counters.ack_frames);
+    assert!(
+        frames * 4 <= 200,
+        "{frames} ack frames for 200 deliveries that arrived together"
+    );
+}

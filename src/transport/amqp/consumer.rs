@@ -1,7 +1,8 @@
 //! The Brief rail's trigger, consuming from its quorum queue with manual acks and a bounded
 //! prefetch. Deliveries that arrive together are applied together: one transaction records
-//! `(consumer, event_id)`, checks the gates and records the demand for each; each ack follows
-//! the commit; then the matter actors are nudged.
+//! `(consumer, event_id)`, checks the gates and records the demand for each; the acks follow
+//! the commit (one frame for many deliveries, never past one still applying: [`super::acks`]);
+//! then the matter actors are nudged.
 //!
 //! Nothing in a message is believed: the inbox transaction reads the event's outbox row by id
 //! and takes every value from it. A malformed message, or one the ledger does not confirm (an
@@ -11,6 +12,7 @@
 //! backoff (the quorum queue's delivery limit eventually dead-letters it; reconciliation from
 //! Postgres still serves the matter): never a lost message, never a crash.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -20,8 +22,9 @@ use lapin::options::{
     ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Confirmation};
+use lapin::{Acker, Channel, Confirmation};
 
+use super::acks::{Ack, AckWindow};
 use super::{AmqpOptions, broker, connect, message};
 use crate::backoff::Reconnect;
 use crate::error::{Error, Result};
@@ -101,13 +104,25 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
     // Deliveries that are there together are applied together: one transaction and two
     // statements for the batch (see `inbox::apply_batch`). At idle a batch is one delivery
     // (no waiting to fill one); under load up to BATCH at a time, CONCURRENT_BATCHES at once.
+    // Each delivery enters the ack window as it comes off the channel, in tag order, before
+    // any batch after it can commit.
     use futures_util::{StreamExt, TryStreamExt};
+    let window = Mutex::new(AckWindow::default());
+    let session = Session {
+        opts,
+        nudges,
+        dead: &dead,
+        window: &window,
+    };
     deliveries
+        .inspect(|d| {
+            if let Ok(d) = d {
+                session.window().received(d.delivery_tag);
+            }
+        })
         .ready_chunks(BATCH)
         .map(Ok::<_, Error>)
-        .try_for_each_concurrent(CONCURRENT_BATCHES, |chunk| {
-            handle_batch(opts, nudges, &dead, chunk)
-        })
+        .try_for_each_concurrent(CONCURRENT_BATCHES, |chunk| session.handle_batch(chunk))
         .await?;
     Err(Error::broker("the consumer was cancelled"))
 }
@@ -117,73 +132,200 @@ const BATCH: usize = 64;
 /// Batches in flight at once (each holds one pooled connection while it applies).
 const CONCURRENT_BATCHES: usize = 4;
 
-/// The deliveries that were ready together, each acked only once its effect (or its
-/// dead-lettering) is durable. A malformed one is dead-lettered alone; the rest are applied
-/// as one batch.
-async fn handle_batch(
-    opts: &AmqpOptions,
-    nudges: &Recipient<Nudge>,
-    dead: &Channel,
-    chunk: Vec<std::result::Result<Delivery, lapin::Error>>,
-) -> Result<()> {
-    let mut broken = None;
-    let mut batch = Vec::with_capacity(chunk.len());
-    for d in chunk {
-        match d {
-            Err(e) => {
-                broken.get_or_insert(broker(e));
-            }
-            Ok(d) => match message::decode(&d.data, &d.properties) {
-                Ok(envelope) => batch.push((d, envelope)),
-                Err(reason) => dead_letter(opts, dead, &d, &reason.to_string()).await?,
-            },
-        }
-    }
-    if !batch.is_empty() {
-        // The span covers this batch only: no parent, so it never inherits another delivery's
-        // span, and it is instrumented, never entered across an await.
-        let span = tracing::info_span!(parent: None, "consume", events = batch.len());
-        consume(opts, nudges, dead, &batch).instrument(span).await?;
-    }
-    broken.map_or(Ok(()), Err)
+/// What every batch of one broker session shares.
+struct Session<'a> {
+    opts: &'a AmqpOptions,
+    nudges: &'a Recipient<Nudge>,
+    /// The channel dead letters are published on (with confirms).
+    dead: &'a Channel,
+    /// The session's outstanding deliveries, in tag order: which acks may go out.
+    window: &'a Mutex<AckWindow<Acker>>,
 }
 
-async fn consume(
-    opts: &AmqpOptions,
-    nudges: &Recipient<Nudge>,
-    dead: &Channel,
-    batch: &[(Delivery, EventEnvelope)],
-) -> Result<()> {
-    let envelopes: Vec<EventEnvelope> = batch.iter().map(|(_, e)| e.clone()).collect();
-    match apply_when_possible(opts, &envelopes).await {
-        Ok(applied) => {
-            #[cfg(feature = "otel")]
-            link_demands(&applied);
-            let settled: Vec<_> = batch.iter().zip(applied).collect();
-            settle(opts, nudges, dead, settled).await?;
+impl Session<'_> {
+    fn window(&self) -> std::sync::MutexGuard<'_, AckWindow<Acker>> {
+        // The window is only ever locked for a few map operations, never across an await; a
+        // poisoned lock still holds a consistent map.
+        self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The deliveries that were ready together, each acked only once its effect (or its
+    /// dead-lettering) is durable. A malformed one is dead-lettered alone; the rest are applied
+    /// as one batch.
+    async fn handle_batch(
+        &self,
+        chunk: Vec<std::result::Result<Delivery, lapin::Error>>,
+    ) -> Result<()> {
+        let mut broken = None;
+        let mut batch = Vec::with_capacity(chunk.len());
+        for d in chunk {
+            match d {
+                Err(e) => {
+                    broken.get_or_insert(broker(e));
+                }
+                Ok(d) => match message::decode(&d.data, &d.properties) {
+                    Ok(envelope) => batch.push((d, envelope)),
+                    Err(reason) => self.dead_letter(&d, &reason.to_string()).await?,
+                },
+            }
         }
-        // A permanent error of the batch as a whole: which message caused it is found by
-        // applying each alone; only that one is dead-lettered.
-        Err(err) if batch.len() > 1 => {
-            tracing::warn!(error = %err, events = batch.len(), "a batch was refused; applying its messages one by one");
-            for member in batch {
-                let (d, e) = member;
-                match apply_when_possible(opts, std::slice::from_ref(e)).await {
-                    Ok(mut one) => match one.pop() {
-                        Some(a) => settle(opts, nudges, dead, vec![(member, a)]).await?,
-                        None => dead_letter(opts, dead, d, "the ledger gave no result").await?,
-                    },
-                    Err(err) => dead_letter(opts, dead, d, &err.to_string()).await?,
+        if !batch.is_empty() {
+            // The span covers this batch only: no parent, so it never inherits another
+            // delivery's span, and it is instrumented, never entered across an await.
+            let span = tracing::info_span!(parent: None, "consume", events = batch.len());
+            self.consume(&batch).instrument(span).await?;
+        }
+        broken.map_or(Ok(()), Err)
+    }
+
+    async fn consume(&self, batch: &[(Delivery, EventEnvelope)]) -> Result<()> {
+        let envelopes: Vec<EventEnvelope> = batch.iter().map(|(_, e)| e.clone()).collect();
+        match self.apply_when_possible(&envelopes).await {
+            Ok(applied) => {
+                #[cfg(feature = "otel")]
+                link_demands(&applied);
+                let settled: Vec<_> = batch.iter().zip(applied).collect();
+                self.settle(settled).await?;
+            }
+            // A permanent error of the batch as a whole: which message caused it is found by
+            // applying each alone; only that one is dead-lettered.
+            Err(err) if batch.len() > 1 => {
+                tracing::warn!(error = %err, events = batch.len(), "a batch was refused; applying its messages one by one");
+                for member in batch {
+                    let (d, e) = member;
+                    match self.apply_when_possible(std::slice::from_ref(e)).await {
+                        Ok(mut one) => match one.pop() {
+                            Some(a) => self.settle(vec![(member, a)]).await?,
+                            None => self.dead_letter(d, "the ledger gave no result").await?,
+                        },
+                        Err(err) => self.dead_letter(d, &err.to_string()).await?,
+                    }
+                }
+            }
+            Err(err) => {
+                if let Some((d, _)) = batch.first() {
+                    self.dead_letter(d, &err.to_string()).await?;
                 }
             }
         }
-        Err(err) => {
-            if let Some((d, _)) = batch.first() {
-                dead_letter(opts, dead, d, &err.to_string()).await?;
+        Ok(())
+    }
+
+    /// Acks (or dead-letters) each delivery of a committed batch by what the ledger made of
+    /// it, then nudges the matters of its demands.
+    ///
+    /// The batch's acks are one frame when nothing below it is still applying (else they go
+    /// out with the ack of the batch below: [`AckWindow`]); any acks go out together and are
+    /// awaited together: each is a command to lapin's I/O thread and a wait for its answer, a
+    /// thread hand-off on a saturated machine. A refused message is dead-lettered first, in
+    /// order; one that cannot be dead-lettered stays unacked and does not stop the others.
+    /// Every demand is nudged even when an ack failed (the demand is committed). The first
+    /// failure is reported after all that. Should the session end before the acks or the nudges
+    /// (a concurrent batch's failure drops this one), the redelivered copies are duplicates,
+    /// which nudge too.
+    async fn settle(&self, batch: Vec<(&(Delivery, EventEnvelope), Applied)>) -> Result<()> {
+        let mut committed = Vec::with_capacity(batch.len());
+        let mut accepted = Vec::with_capacity(batch.len());
+        let mut unacked = Vec::new();
+        let mut first_error = None;
+        for ((d, e), applied) in batch {
+            if let Applied::Refused(reason) = applied {
+                // The ledger does not confirm this message: nothing changed; keep it for a
+                // person. A failure here leaves it unacked (it comes back); the others still
+                // settle.
+                Metrics::inc(&self.opts.metrics.counters.nudges_refused);
+                if let Err(err) = self.dead_letter(d, &reason).await {
+                    unacked.extend(self.window().leave_unacked(d.delivery_tag));
+                    first_error.get_or_insert(err);
+                }
+                continue;
+            }
+            committed.push((d.delivery_tag, d.acker.clone()));
+            accepted.push((e.event_id, applied));
+        }
+        let mut acks = self.window().committed(committed);
+        acks.extend(unacked);
+        let acked = self.send(acks).await;
+        for (event_id, applied) in accepted {
+            announce(self.opts, self.nudges, event_id, applied);
+        }
+        first_error.or(acked.err()).map_or(Ok(()), Err)
+    }
+
+    /// [`dead_letter`]s the delivery; once it is acked on its own it no longer holds back the
+    /// acks above it. On failure the caller decides (the session ends, or the delivery is
+    /// [left unacked](AckWindow::leave_unacked)).
+    async fn dead_letter(&self, d: &Delivery, reason: &str) -> Result<()> {
+        dead_letter(self.opts, self.dead, d, reason).await?;
+        self.window().settled_alone(d.delivery_tag);
+        Ok(())
+    }
+
+    /// Sends acks together and awaits them together; the first failure is returned.
+    async fn send(&self, acks: Vec<Ack<Acker>>) -> Result<()> {
+        if acks.is_empty() {
+            return Ok(());
+        }
+        let sends = acks.into_iter().map(|a| {
+            let (acker, multiple) = match a {
+                Ack::UpTo(k) => (k, true),
+                Ack::One(k) => (k, false),
+            };
+            async move { acker.ack(BasicAckOptions { multiple }).await }
+        });
+        let sent = futures_util::future::join_all(sends).await;
+        for _ in &sent {
+            Metrics::inc(&self.opts.metrics.counters.ack_frames);
+        }
+        sent.into_iter()
+            .find_map(|s| s.err())
+            .map_or(Ok(()), |e| Err(broker(e)))
+    }
+
+    /// Applies the deliveries, retrying in place (backing off up to 5 s) for as long as the
+    /// database answers "not now" (unreachable, a pool timeout, a lock timeout, a serialization
+    /// failure). The deliveries stay unacknowledged meanwhile, so nothing is lost if this node
+    /// dies, and they are never requeued for a transient reason: the quorum queue's delivery
+    /// limit counts only consumers that died on the message, and the dead-letter queue holds
+    /// only input nobody may believe. While it retries, other batches' acks do not wait behind
+    /// it ([`AckWindow::stall`]). Returns `Ok` or a permanent error.
+    async fn apply_when_possible(&self, e: &[EventEnvelope]) -> Result<Vec<Applied>> {
+        let mut delays = crate::backoff::delays(Duration::from_millis(250), Duration::from_secs(5));
+        let mut attempts = 0u32;
+        let mut stalled = Stalled(None);
+        loop {
+            match apply(self.opts, e).await {
+                Err(err) if !err.is_permanent() => {
+                    attempts += 1;
+                    // The first failure and then every tenth: a long outage does not flood
+                    // the log.
+                    if attempts == 1 || attempts % 10 == 0 {
+                        tracing::warn!(error = %err, attempts, "cannot record the demand yet; retrying in place");
+                    }
+                    if stalled.0.is_none() {
+                        let waiting = self.window().stall();
+                        stalled.0 = Some(self);
+                        if let Err(err) = self.send(waiting).await {
+                            tracing::debug!(error = %err, "acks released by a stalled batch failed");
+                        }
+                    }
+                    tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(5))).await;
+                }
+                other => return other,
             }
         }
     }
-    Ok(())
+}
+
+/// Resumes the ack window when a batch that stalled stops retrying, however it stops.
+struct Stalled<'s, 'a>(Option<&'s Session<'a>>);
+
+impl Drop for Stalled<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0 {
+            s.window().resume();
+        }
+    }
 }
 
 /// Links the current (consume) span, when it is exported, to every demand the batch recorded,
@@ -203,50 +345,6 @@ fn link_demands(applied: &[Applied]) {
         .filter_map(crate::trace::Traceparent::parse)
         .collect();
     crate::otel::join(&span, None, &links);
-}
-
-/// Acks (or dead-letters) each delivery of a committed batch by what the ledger made of it,
-/// then nudges the matters of its demands.
-///
-/// The acks go out together and are awaited together: each is a command to lapin's I/O thread
-/// and a wait for its answer, and one after another they were a thread hand-off per delivery,
-/// each waiting for a core on a saturated machine. A refused message is dead-lettered first, in
-/// order; one that cannot be dead-lettered stays unacked and does not stop the others. Every
-/// demand is nudged even when an ack failed (the demand is committed). The first failure is
-/// reported after all that. Should the session end before the nudges anyway (a concurrent
-/// batch's failure drops this one), the redelivered copies are duplicates, which nudge too.
-async fn settle(
-    opts: &AmqpOptions,
-    nudges: &Recipient<Nudge>,
-    dead: &Channel,
-    batch: Vec<(&(Delivery, EventEnvelope), Applied)>,
-) -> Result<()> {
-    let mut acks = Vec::with_capacity(batch.len());
-    let mut accepted = Vec::with_capacity(batch.len());
-    let mut first_error = None;
-    for ((d, e), applied) in batch {
-        if let Applied::Refused(reason) = applied {
-            // The ledger does not confirm this message: nothing changed; keep it for a person.
-            // A failure here leaves it unacked (it comes back); the others still settle.
-            Metrics::inc(&opts.metrics.counters.nudges_refused);
-            if let Err(err) = dead_letter(opts, dead, d, &reason).await {
-                first_error.get_or_insert(err);
-            }
-            continue;
-        }
-        acks.push(d.acker.ack(BasicAckOptions::default()));
-        accepted.push((e.event_id, applied));
-    }
-    let acked = futures_util::future::join_all(acks).await;
-    for (event_id, applied) in accepted {
-        announce(opts, nudges, event_id, applied);
-    }
-    for a in acked {
-        if let Err(err) = a {
-            first_error.get_or_insert(broker(err));
-        }
-    }
-    first_error.map_or(Ok(()), Err)
 }
 
 /// What the ledger made of one acked delivery: a nudge for a demand, a count or a log line for
@@ -292,30 +390,6 @@ fn nudge_of(fact: inbox::Fact) -> Nudge {
         event_ids: vec![fact.event_id],
         traceparent: fact.traceparent,
         recorded_ago: fact.recorded_ago,
-    }
-}
-
-/// Applies the delivery, retrying in place (backing off up to 5 s) for as long as the database
-/// answers "not now" (unreachable, a pool timeout, a lock timeout, a serialization failure).
-/// The delivery stays unacknowledged meanwhile, so nothing is lost if this node dies, and it is
-/// never requeued for a transient reason: the quorum queue's delivery limit counts only
-/// consumers that died on the message, and the dead-letter queue holds only input nobody may
-/// believe. Returns `Ok` or a permanent error.
-async fn apply_when_possible(opts: &AmqpOptions, e: &[EventEnvelope]) -> Result<Vec<Applied>> {
-    let mut delays = crate::backoff::delays(Duration::from_millis(250), Duration::from_secs(5));
-    let mut attempts = 0u32;
-    loop {
-        match apply(opts, e).await {
-            Err(err) if !err.is_permanent() => {
-                attempts += 1;
-                // The first failure and then every tenth: a long outage does not flood the log.
-                if attempts == 1 || attempts % 10 == 0 {
-                    tracing::warn!(error = %err, attempts, "cannot record the demand yet; retrying in place");
-                }
-                tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(5))).await;
-            }
-            other => return other,
-        }
     }
 }
 

@@ -5,8 +5,10 @@
 //!   start, idempotently.
 //! * [`relay`]: the outbox → broker relay, with publisher confirms and `mandatory`.
 //! * [`consumer`]: the trigger's consumer: inbox, gates, demand, then ack, then nudge.
+//! * [`acks`]: which acks the consumer may send once a batch commits (one frame for many).
 //! * [`message`]: the wire format: IDs and trace context only.
 
+pub mod acks;
 pub mod consumer;
 pub mod message;
 pub mod relay;
