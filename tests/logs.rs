@@ -29,6 +29,11 @@ fn check_chain(line: &serde_json::Value, raw: &str) {
         .filter_map(|s| s.get("name").and_then(|n| n.as_str()))
         .collect();
     assert!(
+        line.get("span").is_none(),
+        "the current span is written twice (`span` and the last of `spans`): {}",
+        &raw[..raw.len().min(400)]
+    );
+    assert!(
         names.len() <= 1,
         "a log line carries a chain of {} spans ({:?}...); each line must carry only its own: {}",
         names.len(),

@@ -43,10 +43,14 @@ pub fn init(settings: &Settings) -> Logging {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let base = fmt::layer().with_writer(std::io::stderr);
     let fmt_layer = match log.format {
+        // `spans` is the line's own chain, innermost last; the current span is its last entry,
+        // so it is not written a second time (`span`): half the bytes of a build's lines, and
+        // half the work (each span's fields are parsed again to be written).
         LogFormat::Json => base
             .json()
             .flatten_event(true)
-            .with_current_span(true)
+            .with_current_span(false)
+            .with_span_list(true)
             .boxed(),
         // Colour codes only for a person at a terminal: a file, a pipe or journald gets plain text.
         LogFormat::Pretty => base
