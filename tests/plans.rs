@@ -214,6 +214,31 @@ async fn a_transition_that_disables_scans_never_compiles_its_statements() {
     );
 }
 
+/// Every transition that reads by key keeps the generic plan from its first call
+/// (`migrations/…000016`): custom plans, made anew at each of a session's first five calls of
+/// each statement, cost every fresh pooled connection that much planning, and a node serving a
+/// backlog right after it starts paid it on all its connections at once. A later
+/// `CREATE OR REPLACE` that leaves the setting out fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transition_plans_generically_from_its_first_call() {
+    let db = TestDb::new(1).await.expect("test db");
+    let mut c = db.connection().await.expect("connection");
+    let seen: Unguarded = diesel::sql_query(
+        "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.proname), '') AS functions
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'ops' AND 'enable_seqscan=off' = ANY (p.proconfig)
+            AND NOT ('plan_cache_mode=force_generic_plan' = ANY (p.proconfig))",
+    )
+    .get_result(&mut c)
+    .await
+    .expect("read the functions' settings");
+    assert!(
+        seen.functions.is_empty(),
+        "transitions that plan their first calls anew each time (custom plans): {}",
+        seen.functions
+    );
+}
+
 /// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {

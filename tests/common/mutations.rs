@@ -158,6 +158,14 @@ pub fn all() -> Vec<Mutation> {
             killers: &["plans::a_transition_that_disables_scans_never_compiles_its_statements"],
         },
         Mutation {
+            name: "claim_plans_each_call_anew",
+            breaks: "speed: a transition keeps the generic plan from its first call",
+            sql: || {
+                "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET plan_cache_mode;".into()
+            },
+            killers: &["plans::a_transition_plans_generically_from_its_first_call"],
+        },
+        Mutation {
             name: "commit_reads_its_row_by_the_running_index",
             breaks: "speed: a transition reads its job row by its key, not through a partial index",
             sql: || {
