@@ -179,6 +179,22 @@ struct Unguarded {
     functions: String,
 }
 
+/// The functions of `ops` that disable sequential scans (the transitions of 000012) but do not
+/// run with `setting` (as `pg_proc.proconfig` spells it), comma-separated.
+async fn without_setting(c: &mut diesel_async::AsyncPgConnection, setting: &str) -> String {
+    diesel::sql_query(
+        "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.proname), '') AS functions
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'ops' AND 'enable_seqscan=off' = ANY (p.proconfig)
+            AND NOT ($1 = ANY (p.proconfig))",
+    )
+    .bind::<Text, _>(setting)
+    .get_result::<Unguarded>(c)
+    .await
+    .expect("read the functions' settings")
+    .functions
+}
+
 /// A disabled scan is costed past `jit_above_cost`: a transition that disables sequential
 /// scans and leaves JIT on compiled the one statement that still scans (the ledger clock's
 /// single row) at every transaction, 30 ms each (a plain claim ran 22 times a second instead of
@@ -187,19 +203,10 @@ struct Unguarded {
 async fn a_transition_that_disables_scans_never_compiles_its_statements() {
     let db = TestDb::new(1).await.expect("test db");
     let mut c = db.connection().await.expect("connection");
-    let seen: Unguarded = diesel::sql_query(
-        "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.proname), '') AS functions
-           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = 'ops' AND 'enable_seqscan=off' = ANY (p.proconfig)
-            AND NOT ('jit=off' = ANY (p.proconfig))",
-    )
-    .get_result(&mut c)
-    .await
-    .expect("read the functions' settings");
+    let seen = without_setting(&mut c, "jit=off").await;
     assert!(
-        seen.functions.is_empty(),
-        "functions that disable sequential scans but leave JIT on: {}",
-        seen.functions
+        seen.is_empty(),
+        "functions that disable sequential scans but leave JIT on: {seen}"
     );
     let guarded: Frames = diesel::sql_query(
         "SELECT count(*) AS n FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -223,19 +230,10 @@ async fn a_transition_that_disables_scans_never_compiles_its_statements() {
 async fn a_transition_plans_generically_from_its_first_call() {
     let db = TestDb::new(1).await.expect("test db");
     let mut c = db.connection().await.expect("connection");
-    let seen: Unguarded = diesel::sql_query(
-        "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.proname), '') AS functions
-           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = 'ops' AND 'enable_seqscan=off' = ANY (p.proconfig)
-            AND NOT ('plan_cache_mode=force_generic_plan' = ANY (p.proconfig))",
-    )
-    .get_result(&mut c)
-    .await
-    .expect("read the functions' settings");
+    let seen = without_setting(&mut c, "plan_cache_mode=force_generic_plan").await;
     assert!(
-        seen.functions.is_empty(),
-        "transitions that plan their first calls anew each time (custom plans): {}",
-        seen.functions
+        seen.is_empty(),
+        "transitions that plan their first calls anew each time (custom plans): {seen}"
     );
 }
 
