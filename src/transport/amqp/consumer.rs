@@ -108,11 +108,13 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
     // any batch after it can commit.
     use futures_util::{StreamExt, TryStreamExt};
     let window = Mutex::new(AckWindow::default());
+    let acking = tokio::sync::Mutex::new(());
     let session = Session {
         opts,
         nudges,
         dead: &dead,
         window: &window,
+        acking: &acking,
     };
     deliveries
         .inspect(|d| {
@@ -140,6 +142,11 @@ struct Session<'a> {
     dead: &'a Channel,
     /// The session's outstanding deliveries, in tag order: which acks may go out.
     window: &'a Mutex<AckWindow<Acker>>,
+    /// Held from asking the window for acks until they are sent: a multiple ack must reach the
+    /// broker after every ack below it (one that overtook it would name a tag the broker has
+    /// already settled, and the broker closes the channel), whatever order the runtime runs
+    /// lapin's sends in.
+    acking: &'a tokio::sync::Mutex<()>,
 }
 
 impl Session<'_> {
@@ -215,9 +222,9 @@ impl Session<'_> {
     /// it, then nudges the matters of its demands.
     ///
     /// The batch's acks are one frame when nothing below it is still applying (else they go
-    /// out with the ack of the batch below: [`AckWindow`]); any acks go out together and are
-    /// awaited together: each is a command to lapin's I/O thread and a wait for its answer, a
-    /// thread hand-off on a saturated machine. A refused message is dead-lettered first, in
+    /// out with the ack of the batch below: [`AckWindow`]); acks go out in tag order across
+    /// batches ([`Session::acking`]), single ones together (each is a command to lapin's I/O
+    /// thread and a wait for its answer, a thread hand-off on a saturated machine). A refused message is dead-lettered first, in
     /// order; one that cannot be dead-lettered stays unacked and does not stop the others.
     /// Every demand is nudged even when an ack failed (the demand is committed). The first
     /// failure is reported after all that. Should the session end before the acks or the nudges
@@ -243,9 +250,12 @@ impl Session<'_> {
             committed.push((d.delivery_tag, d.acker.clone()));
             accepted.push((e.event_id, applied));
         }
-        let mut acks = self.window().committed(committed);
-        acks.extend(unacked);
-        let acked = self.send(acks).await;
+        let acked = {
+            let _in_order = self.acking.lock().await;
+            let mut acks = self.window().committed(committed);
+            acks.extend(unacked);
+            self.send(acks).await
+        };
         for (event_id, applied) in accepted {
             announce(self.opts, self.nudges, event_id, applied);
         }
@@ -261,25 +271,33 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Sends acks together and awaits them together; the first failure is returned.
+    /// Sends acks (under [`Session::acking`]): the single ones together, awaited together,
+    /// then the multiple one, which settles every delivery below it and so must come last.
+    /// The first failure is returned.
     async fn send(&self, acks: Vec<Ack<Acker>>) -> Result<()> {
-        if acks.is_empty() {
-            return Ok(());
-        }
-        let sends = acks.into_iter().map(|a| {
-            let (acker, multiple) = match a {
-                Ack::UpTo(k) => (k, true),
-                Ack::One(k) => (k, false),
-            };
-            async move { acker.ack(BasicAckOptions { multiple }).await }
+        let (ones, up_to): (Vec<_>, Vec<_>) =
+            acks.into_iter().partition(|a| matches!(a, Ack::One(_)));
+        let ones = ones.into_iter().map(|a| async move {
+            let (Ack::One(k) | Ack::UpTo(k)) = a;
+            k.ack(BasicAckOptions::default()).await
         });
-        let sent = futures_util::future::join_all(sends).await;
-        for _ in &sent {
-            Metrics::inc(&self.opts.metrics.counters.ack_frames);
+        let mut sent = futures_util::future::join_all(ones).await;
+        for a in up_to {
+            let (Ack::One(k) | Ack::UpTo(k)) = a;
+            sent.push(k.ack(BasicAckOptions { multiple: true }).await);
         }
-        sent.into_iter()
-            .find_map(|s| s.err())
-            .map_or(Ok(()), |e| Err(broker(e)))
+        let mut first_error = None;
+        for s in sent {
+            match s {
+                Ok(true) => Metrics::inc(&self.opts.metrics.counters.ack_frames),
+                // Not sent: the acker was used or its channel is gone (the session ends).
+                Ok(false) => {}
+                Err(e) => {
+                    first_error.get_or_insert(broker(e));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Applies the deliveries, retrying in place (backing off up to 5 s) for as long as the
@@ -303,6 +321,7 @@ impl Session<'_> {
                         tracing::warn!(error = %err, attempts, "cannot record the demand yet; retrying in place");
                     }
                     if stalled.0.is_none() {
+                        let _in_order = self.acking.lock().await;
                         let waiting = self.window().stall();
                         stalled.0 = Some(self);
                         if let Err(err) = self.send(waiting).await {
