@@ -54,7 +54,10 @@ pub async fn connect(url: &SecretUrl, name: &str) -> Result<lapin::Connection> {
             }
         }
     }
-    Err(Error::from(last.expect("a URL list has a member")))
+    Err(last.map_or_else(
+        || Error::broker("transport.amqp_url names no broker"),
+        Error::from,
+    ))
 }
 
 /// Which member the next connection of this process tries first.
