@@ -112,18 +112,15 @@ impl<T> AckWindow<T> {
 
     /// Every committed delivery still waiting, each to be acked on its own.
     fn release_waiting(&mut self) -> Vec<Ack<T>> {
-        let ready: Vec<u64> = self
-            .outstanding
-            .iter()
-            .filter_map(|(tag, slot)| slot.as_ref().map(|_| *tag))
-            .collect();
-        ready
-            .into_iter()
-            .filter_map(|tag| self.outstanding.remove(&tag).flatten().map(Ack::One))
-            .collect()
+        let (ready, pending): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            std::mem::take(&mut self.outstanding)
+                .into_iter()
+                .partition(|(_, slot)| slot.is_some());
+        self.outstanding = pending;
+        ready.into_values().flatten().map(Ack::One).collect()
     }
 
-    /// Deliveries received and not yet acked or settled (for tests and a session's end).
+    /// Deliveries received and not yet acked or settled.
     pub fn len(&self) -> usize {
         self.outstanding.len()
     }
