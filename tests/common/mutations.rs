@@ -1,9 +1,9 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
 //! retention's `ops.prune_*`, `…000009` for `ops.demand`, `ops.commit_frame` and
-//! `ops.apply_events`, `…000011` for the batches, `…000013` for the claim, lost claim, heartbeat,
-//! commit's compare-and-swap, follow-up lease, failure and release, `…000014` for `ops.now` and
-//! `ops.clock`), and
+//! `ops.apply_events`, `…000013` for the lost claim, heartbeat, follow-up lease, failure and
+//! release, `…000014` for `ops.now` and `ops.clock`, `…000017` for the claim and the commit's
+//! compare-and-swap, each written once for a batch), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -30,7 +30,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 9] = [
+const LIVE_HOMES: [&str; 10] = [
+    "migrations/2026-12-03-000017_batches_in_one_statement/up.sql",
     "migrations/2026-12-02-000015_debounce_from_the_record/up.sql",
     "migrations/2026-12-02-000014_clock_in_line/up.sql",
     "migrations/2026-12-02-000013_rows_by_their_key/up.sql",
@@ -88,7 +89,10 @@ pub fn all() -> Vec<Mutation> {
             sql: || {
                 patched(
                     "claim_batch",
-                    &[("ORDER BY x.firm, x.matter, x.n", "ORDER BY x.n")],
+                    &[(
+                        "         ORDER BY a.firm, a.matter\n",
+                        "         ORDER BY a.n\n",
+                    )],
                 )
             },
             killers: &[
@@ -100,12 +104,12 @@ pub fn all() -> Vec<Mutation> {
             breaks: "batches: a commit batch and a trigger batch lock job rows in one order (no deadlock)",
             sql: || {
                 patched(
-                    "commit_frames",
-                    &[("ORDER BY x.firm, x.matter, x.n", "ORDER BY x.n")],
+                    "commit_claims",
+                    &[("ORDER BY u.firm, u.matter) u", "ORDER BY u.n) u")],
                 )
             },
             killers: &[
-                "batches::a_commit_batch_and_a_trigger_batch_in_opposite_orders_never_deadlock",
+                "batches::a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
             ],
         },
         Mutation {
@@ -115,8 +119,8 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "claim_batch",
                     &[(
-                        "v_tokens[r.n] := ops.claim(",
-                        "v_tokens := v_tokens[2:] || ops.claim(",
+                        "array_agg(c.claimed_generation ORDER BY m.n)",
+                        "array_agg(c.claimed_generation ORDER BY m.firm, m.matter)",
                     )],
                 )
             },
@@ -127,10 +131,10 @@ pub fn all() -> Vec<Mutation> {
             breaks: "1 and batches: each member of a commit batch is fenced by its own claim",
             sql: || {
                 patched(
-                    "commit_frames",
+                    "commit_claims",
                     &[(
-                        "v_after[r.n] := ops.commit_frame(",
-                        "v_after := v_after[2:] || ops.commit_frame(",
+                        "WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n)",
+                        "WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.firm, m.matter)",
                     )],
                 )
             },
@@ -170,11 +174,31 @@ pub fn all() -> Vec<Mutation> {
             breaks: "speed: a transition reads its job row by its key, not through a partial index",
             sql: || {
                 patched(
-                    "commit_claim",
-                    &[(
-                        "j.run_status IS NOT DISTINCT FROM 'running'",
-                        "j.run_status = 'running'",
-                    )],
+                    "commit_claims",
+                    &[
+                        ("WHERE j.ctid = ANY (v_rows)\n           AND ", "WHERE "),
+                        (
+                            "j.run_status IS NOT DISTINCT FROM 'running'",
+                            "j.run_status = 'running'",
+                        ),
+                    ],
+                )
+            },
+            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+        },
+        Mutation {
+            name: "commit_joins_its_members_to_the_job_rows",
+            breaks: "speed: a batch finds each job row by its key, whatever a plan made on empty tables prefers",
+            sql: || {
+                patched(
+                    "commit_claims",
+                    &[
+                        (
+                            "SET enable_seqscan = off SET enable_indexscan = off SET jit = off",
+                            "SET enable_seqscan = off SET jit = off",
+                        ),
+                        ("WHERE j.ctid = ANY (v_rows)\n           AND ", "WHERE "),
+                    ],
                 )
             },
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
@@ -184,9 +208,9 @@ pub fn all() -> Vec<Mutation> {
             breaks: "speed: a claim closes superseded runs by its matter's key",
             sql: || {
                 patched(
-                    "claim",
+                    "claim_batch",
                     &[(
-                        "WHERE r.firm_id = p_firm AND r.matter_id = p_matter AND r.outcome = 'running'\n           AND EXISTS (SELECT 1 FROM claimed)",
+                        "WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))\n           AND r.outcome IS NOT DISTINCT FROM 'running'",
                         "FROM claimed c\n         WHERE r.firm_id = c.firm_id AND r.matter_id = c.matter_id AND r.outcome = 'running'",
                     )],
                 )
@@ -214,10 +238,10 @@ pub fn all() -> Vec<Mutation> {
             breaks: "1: in a batch, a frame whose claim is not current never lands",
             sql: || {
                 patched(
-                    "commit_frames",
+                    "commit_claims",
                     &[(
-                        "r.token, r.run_id, r.next_run_id",
-                        "p_tokens[1], r.run_id, r.next_run_id",
+                        "AND j.claimed_generation = m.token",
+                        "AND j.claimed_generation = p_tokens[1]",
                     )],
                 )
             },
@@ -228,9 +252,9 @@ pub fn all() -> Vec<Mutation> {
             breaks: "1: a frame whose claim is not current never lands",
             sql: || {
                 patched(
-                    "commit_claim",
+                    "commit_claims",
                     &[(
-                        "\n           AND j.claimed_generation = p_token AND j.claimed_run_id = p_run_id",
+                        "\n           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id",
                         "",
                     )],
                 )
@@ -245,7 +269,7 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "commit_without_the_run_id",
             breaks: "1: a token number handed out twice fences the old holder",
-            sql: || patched("commit_claim", &[(" AND j.claimed_run_id = p_run_id", "")]),
+            sql: || patched("commit_claims", &[(" AND j.claimed_run_id = m.run_id", "")]),
             killers: &[
                 "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
                 "restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
@@ -282,10 +306,10 @@ pub fn all() -> Vec<Mutation> {
             breaks: "3, 4: demands during a build cost exactly one follow-up, and are never dropped",
             sql: || {
                 patched(
-                    "commit_claim",
+                    "commit_claims",
                     &[(
-                        "FROM (SELECT NOT ops.is_archived(p_firm, p_matter) AS live) m",
-                        "FROM (SELECT false AS live) m",
+                        "SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live",
+                        "SELECT x.*, false AS live",
                     )],
                 )
             },
@@ -334,10 +358,10 @@ pub fn all() -> Vec<Mutation> {
             breaks: "a claim late in a long transaction is not born expired (catalogue row 15)",
             sql: || {
                 patched(
-                    "claim",
+                    "claim_batch",
                     &[(
-                        "lease_expires_at     = ops.clock() + make_interval(secs => p_lease_secs),",
-                        "lease_expires_at     = ops.now() + make_interval(secs => p_lease_secs),",
+                        "lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),",
+                        "lease_expires_at     = ops.now() + make_interval(secs => excluded.lease_seconds),",
                     )],
                 )
             },
@@ -399,9 +423,9 @@ pub fn all() -> Vec<Mutation> {
             breaks: "an archived matter is not rebuilt, whoever nudges",
             sql: || {
                 patched(
-                    "claim",
+                    "claim_batch",
                     &[
-                        ("         WHERE NOT ops.is_archived(p_firm, p_matter)\n", ""),
+                        ("         WHERE NOT ops.is_archived(a.firm, a.matter)\n", ""),
                         (
                             "          AND NOT ops.is_archived(j.firm_id, j.matter_id)\n",
                             "",
