@@ -1413,6 +1413,73 @@ async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
     );
 }
 
+/// Several demands for one matter in one trigger batch (`ops.demands` judges them together,
+/// migration 000018): each is judged by its own fact, a covered one adds nothing, and each
+/// uncovered one reaches its own generation in event order, exactly as one at a time; the
+/// running build is told to rebuild once.
+#[tokio::test]
+async fn demands_for_one_matter_in_one_batch_each_reach_their_own_generation() {
+    use briefrail::ledger::inbox::{self, Applied, BRIEF_RAIL};
+    use briefrail::ledger::outbox;
+    let db = TestDb::new(2).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let firm = Uuid::new_v4();
+    let (busy, fresh) = (Uuid::new_v4(), Uuid::new_v4());
+    for m in [busy, fresh] {
+        facts::create_matter(&mut c, firm, m, "Many v. One")
+            .await
+            .unwrap();
+    }
+    // Read by the build: committed before its claim.
+    let seen = facts::request_brief(&mut c, firm, busy).await.unwrap();
+    let claim = won(&db, firm, busy).await;
+    let mut events = vec![seen];
+    for m in [busy, fresh, busy, fresh] {
+        events.push(facts::request_brief(&mut c, firm, m).await.unwrap());
+    }
+    let mut batch = Vec::new();
+    for e in &events {
+        batch.push(outbox::event(&mut c, *e).await.unwrap().unwrap().envelope());
+    }
+    let applied = inbox::apply_batch(&mut c, BRIEF_RAIL, &batch)
+        .await
+        .unwrap();
+    let generations: Vec<Option<i64>> = applied
+        .iter()
+        .map(|a| match a {
+            Applied::Demand {
+                requested_generation,
+                ..
+            } => Some(*requested_generation),
+            Applied::Covered => None,
+            other => panic!("every event is a demand or covered: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        generations,
+        vec![
+            None,
+            Some(claim.token + 1),
+            Some(1),
+            Some(claim.token + 2),
+            Some(2)
+        ],
+        "the fact the build reads is covered; the others count one each, in order: {applied:?}"
+    );
+    let busy_row = job(&db, firm, busy).await;
+    assert_eq!(
+        (busy_row.requested_generation, busy_row.rebuild_needed),
+        (claim.token + 2, true),
+        "{busy_row:?}"
+    );
+    let fresh_row = job(&db, firm, fresh).await;
+    assert_eq!(
+        (fresh_row.requested_generation, fresh_row.rebuild_needed),
+        (2, false),
+        "{fresh_row:?}"
+    );
+}
+
 /// The console calls a matter `running` only while its claim's deadline holds: a claim whose
 /// node died shows as failed (the sweep is about to record it so), never as a build in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -231,8 +231,8 @@ async fn a_transition_that_disables_scans_never_compiles_its_statements() {
     .await
     .expect("count the guarded functions");
     assert_eq!(
-        guarded.n, 17,
-        "every transition of migration 000012, and 000017's ops.commit_claims, disables sequential scans"
+        guarded.n, 18,
+        "every transition of migration 000012, 000017's ops.commit_claims and 000018's ops.demands disable sequential scans"
     );
 }
 

@@ -1,9 +1,9 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
-//! retention's `ops.prune_*`, `…000009` for `ops.demand`, `ops.commit_frame` and
-//! `ops.apply_events`, `…000013` for the lost claim, heartbeat, follow-up lease, failure and
-//! release, `…000014` for `ops.now` and `ops.clock`, `…000017` for the claim and the commit's
-//! compare-and-swap, each written once for a batch), and
+//! retention's `ops.prune_*`, `…000009` for `ops.commit_frame`, `…000013` for the lost claim,
+//! heartbeat, follow-up lease, failure and release, `…000014` for `ops.now` and `ops.clock`,
+//! `…000017` for the claim and the commit's compare-and-swap, `…000018` for the demand and the
+//! trigger, each written once for a batch), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -30,7 +30,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 10] = [
+const LIVE_HOMES: [&str; 11] = [
+    "migrations/2026-12-03-000018_triggers_in_one_statement/up.sql",
     "migrations/2026-12-03-000017_batches_in_one_statement/up.sql",
     "migrations/2026-12-02-000015_debounce_from_the_record/up.sql",
     "migrations/2026-12-02-000014_clock_in_line/up.sql",
@@ -482,13 +483,58 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "trigger_forgets_its_inbox",
             breaks: "5: a duplicated delivery has no second effect (the inbox dedupes on event id)",
-            sql: || patched("apply_events", &[("IF fresh = 0 THEN", "IF false THEN")]),
+            sql: || {
+                patched(
+                    "apply_events",
+                    &[(
+                        "CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)",
+                        "CASE WHEN false",
+                    )],
+                )
+            },
             killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
+        },
+        Mutation {
+            name: "demands_answer_the_batch_total",
+            breaks: "3, 4: several demands for one matter in one batch each reach their own generation",
+            sql: || {
+                patched(
+                    "demands",
+                    &[(
+                        "THEN NULL ELSE u.requested_generation - r.later END",
+                        "THEN NULL ELSE u.requested_generation END",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
+            ],
+        },
+        Mutation {
+            name: "demands_count_a_matter_once",
+            breaks: "3, 4: every demand a batch does not cover is counted on its matter's row",
+            sql: || {
+                patched(
+                    "demands",
+                    &[(
+                        "SELECT jd.firm, jd.matter, count(*) FILTER (WHERE NOT jd.covered)",
+                        "SELECT jd.firm, jd.matter, least(count(*) FILTER (WHERE NOT jd.covered), 1)",
+                    )],
+                )
+            },
+            killers: &[
+                "ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
+            ],
         },
         Mutation {
             name: "trigger_ignores_the_archive",
             breaks: "an archived matter is not rebuilt: its facts are gated",
-            sql: || patched("apply_events", &[("ELSIF m_gone THEN", "ELSIF false THEN")]),
+            sql: || {
+                patched(
+                    "apply_events",
+                    &[("WHEN m.archived THEN", "WHEN false THEN")],
+                )
+            },
             killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
         },
         Mutation {
