@@ -364,8 +364,9 @@ pub fn commits_in_batches(pool: Pool, lanes: usize, max: usize) -> CommitQueue {
 }
 
 /// **commit** of many frames in one transaction (BEGIN in the flight of `ops.commit_frames`,
-/// then COMMIT: [`crate::db::flight`]): each member is `ops.commit_frame` with its own claim,
-/// so each compare-and-swap fences its own row; element `i` answers `members[i]`. Any error
+/// then COMMIT: [`crate::db::flight`]): one compare-and-swap for all members (`ops.commit_claims`,
+/// what `ops.commit_frame` runs for one), each a condition on its own row with its own claim,
+/// so each fences its own row; element `i` answers `members[i]`. Any error
 /// before COMMIT rolled the whole batch back; a failed COMMIT (or answers that cannot be
 /// matched to the members, after it) sets `reached_commit`, and each member settles it.
 async fn commit_frames(

@@ -260,9 +260,10 @@ struct AppliedEvent {
     requested_generation: Option<i64>,
 }
 
-/// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`, next
-/// to this in `migrations/…000009_inbox_in_batches`): for each, the inbox row
-/// `(consumer, event_id)`, the gates, the demand. One result per row, in their order. Call
+/// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`, its
+/// live home `migrations/…000018_triggers_in_one_statement`): for each, the inbox row
+/// `(consumer, event_id)`, the gates, the demand (all of a batch's demands judged and written
+/// together by `ops.demands`). One result per row, in their order. Call
 /// inside a transaction (the demands' row locks are held until it commits).
 pub async fn apply_rows(
     tx: &mut AsyncPgConnection,

@@ -220,11 +220,12 @@ pub async fn claim_or_record_after(
     )))
 }
 
-/// **claim** for many matters in one statement and one transaction (`ops.claim_batch`): each
-/// member is `ops.claim` with its own arguments, so each decides for itself, and element `i`
-/// answers `reqs[i]` as [`claim`] would. The members lock their rows in the global
-/// `(firm_id, matter_id)` order. Callers send distinct matters (a node claims a matter once at a
-/// time); a repeated one answers as a second claim after the first would.
+/// **claim** for many matters in one statement and one transaction (`ops.claim_batch`, one
+/// set-based statement; `ops.claim` is the same statement with one member): each member's
+/// compare-and-swap is a condition on its own row with its own arguments, so each decides for
+/// itself, and element `i` answers `reqs[i]` as [`claim`] would. The members lock their rows in
+/// the global `(firm_id, matter_id)` order. Callers send distinct matters (a node claims a
+/// matter once at a time); a repeated one answers as a second claim after the first would.
 pub async fn claim_batch(
     conn: &mut AsyncPgConnection,
     reqs: &[ClaimRequest],
@@ -241,7 +242,7 @@ async fn claim_batch_as(
     run_ids: &[Uuid],
 ) -> Result<Vec<Option<Claim>>> {
     if let ([one], [run_id]) = (reqs, run_ids) {
-        // A batch of one is the claim itself (no loop to enter).
+        // A batch of one is the claim itself (its arguments need no arrays).
         return Ok(vec![claim_as(conn, one, *run_id).await?]);
     }
     if reqs.is_empty() {
