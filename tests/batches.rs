@@ -51,6 +51,69 @@ async fn local<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::LocalSet::new().run_until(f).await
 }
 
+/// A matter named twice in one claim batch: its members go one at a time, as the loop of 000011
+/// ran them, so a member that declines (serving a recorded demand of a matter already served)
+/// does not stop the next one (a plain claim, itself a demand) from claiming it. The set-based
+/// statement's first cut kept only the first member of a matter and answered both not claimed.
+#[tokio::test]
+async fn a_matter_named_twice_in_a_claim_batch_is_claimed_as_one_at_a_time_would() {
+    let db = TestDb::new(2).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    facts::create_matter(&mut c, firm, matter, "Twice v. Once")
+        .await
+        .unwrap();
+    let first = t::claim(&mut c, &req(firm, matter)).await.unwrap().unwrap();
+    t::commit(&db.pool, &first, NODE, &Frame::new(json!({})))
+        .await
+        .unwrap();
+    let members = vec![
+        ClaimRequest {
+            kind: ClaimKind::ServeRecorded,
+            ..req(firm, matter)
+        },
+        req(firm, matter),
+    ];
+    let answers = t::claim_batch(&mut c, &members).await.unwrap();
+    assert!(
+        answers[0].is_none(),
+        "every demand served: the first declines: {answers:?}"
+    );
+    let won = answers[1].expect("the plain claim after it claims the matter, as alone");
+    let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
+    assert_eq!(
+        (job.run_status, job.claimed_generation, job.claimed_run_id),
+        (RunStatus::Running, won.token, Some(won.run_id))
+    );
+}
+
+/// A claim without a run id is refused by the database, and nothing is written for it: no
+/// claim that no build could ever be fenced by, or commit under.
+#[tokio::test]
+async fn a_claim_without_a_run_id_is_refused_and_writes_nothing() {
+    use diesel_async::RunQueryDsl;
+    let db = TestDb::new(1).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    facts::create_matter(&mut c, firm, matter, "Nobody v. Nothing")
+        .await
+        .unwrap();
+    let refused = diesel::sql_query(format!(
+        "SELECT ops.claim('{firm}', '{matter}', 60, NULL, 'n', NULL, '{{}}', false, 5)"
+    ))
+    .execute(&mut c)
+    .await
+    .expect_err("a claim without a run id");
+    assert!(
+        refused.to_string().contains("run id"),
+        "the refusal names the run id: {refused}"
+    );
+    assert!(
+        reads::job(&mut c, firm, matter).await.unwrap().is_none(),
+        "nothing written"
+    );
+}
+
 #[tokio::test]
 async fn a_claim_batch_answers_each_member_as_its_own_claim_would() {
     let db = TestDb::new(2).await.unwrap();

@@ -18,13 +18,15 @@
 --     demand, its own attempts) for a claim; the answer at position i is member i's;
 --   * rows are taken in (firm_id, matter_id) order, the order ops.apply_events locks job rows
 --     in: the claim inserts its members in that order and the commit joins them to the job rows
---     in it (hash and merge joins are off, so the member list drives a nested loop by key), so
---     two batches over the same rows, or a batch and a trigger batch, cannot deadlock;
---   * a matter named twice in one claim batch is claimed by its first member only; the others
---     answer NULL, as the second claim of a row the first one just took did in the loop (a
---     live lease); a commit batch that names one claim twice lands it once, for its first member.
+--     by locking them first, each by its key, in that order, so two batches over the same
+--     rows, or a batch and a trigger batch, cannot deadlock;
+--   * a claim batch that names a matter twice runs its members one at a time, in lock order,
+--     each a batch of one that sees the one before (what the loop did: a member that declines
+--     does not stop the next); a commit batch that names one claim twice lands it for its
+--     first member only (the loop's second found the row no longer running under that claim);
+--   * a member without a run id is refused (23502), as the run's NOT NULL refused it before.
 -- The members share one snapshot: they touch different rows, so none of them could see another's
--- effect in the loop either, except the duplicates above.
+-- effect in the loop either.
 -- Each keeps 000012's and 000016's settings (CREATE OR REPLACE drops a setting it does not
 -- repeat); `tests/plans.rs` runs them on a ledger analyzed while empty and counts what they read.
 
@@ -42,7 +44,26 @@ SET enable_seqscan = off SET enable_indexscan = off SET jit = off
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_tokens bigint[];
+    v_n      bigint;
 BEGIN
+    IF p_run_ids IS NULL OR array_position(p_run_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'not_null_violation',
+                              MESSAGE = 'ops.claim_batch: every member needs a run id';
+    END IF;
+    IF (SELECT count(*) FROM (SELECT DISTINCT u.firm, u.matter
+                                FROM unnest(p_firms, p_matters) AS u(firm, matter)) d)
+       < cardinality(p_firms) THEN
+        -- A matter named twice: the members one at a time, in lock order, each seeing the last.
+        v_tokens := array_fill(NULL::bigint, ARRAY[cardinality(p_firms)]);
+        FOR v_n IN SELECT x.n FROM unnest(p_firms, p_matters) WITH ORDINALITY AS x(firm, matter, n)
+                    ORDER BY x.firm, x.matter, x.n LOOP
+            v_tokens[v_n] := (ops.claim_batch(
+                ARRAY[p_firms[v_n]], ARRAY[p_matters[v_n]], ARRAY[p_lease_secs[v_n]],
+                ARRAY[p_run_ids[v_n]], ARRAY[p_nodes[v_n]], ARRAY[p_trace_ids[v_n]],
+                ARRAY[p_event_ids[v_n]], ARRAY[p_only_unserved[v_n]], ARRAY[p_max_attempts[v_n]]))[1];
+        END LOOP;
+        RETURN v_tokens;
+    END IF;
     WITH member AS (
         SELECT x.*
           FROM unnest(p_firms, p_matters, p_lease_secs, p_run_ids, p_nodes, p_trace_ids,
@@ -176,7 +197,8 @@ BEGIN
             consecutive_failures = 0,
             not_before           = NULL,
             updated_at           = ops.now()
-          FROM member m
+          FROM (SELECT DISTINCT ON (d.firm, d.matter, d.token, d.run_id) d.*
+                  FROM member d ORDER BY d.firm, d.matter, d.token, d.run_id, d.n) m
          WHERE j.ctid = ANY (v_rows)
            AND j.firm_id = m.firm AND j.matter_id = m.matter AND j.run_status IS NOT DISTINCT FROM 'running'
            AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id
