@@ -362,6 +362,100 @@ async fn two_batches_over_the_same_matters_in_opposite_orders_never_deadlock() {
     assert_eq!(won, 20 * 24, "each matter won exactly once");
 }
 
+/// The claim batch's lock order made to show every time (a race overlaps only when it happens
+/// to): a trigger transaction applies the event of the lowest matter and holds its job row while
+/// a claim batch over all of them (given in descending order) starts; once the claim waits for a
+/// row lock, the trigger applies the highest matter's event and commits. A claim batch that
+/// locks in key order waits at the lowest row holding none of the others, so the trigger
+/// finishes first and the batch claims every matter after it; one that took any row out of that
+/// order would hold the highest row the trigger needs, and Postgres would abort one of the two
+/// as a deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock() {
+    use diesel_async::RunQueryDsl;
+    let db = TestDb::new(3).await.unwrap();
+    let firm = Uuid::new_v4();
+    let ids = descending(8);
+    let mut c = db.pool.get().await.unwrap();
+    // Every matter served once (its job row exists and is idle), then asked for again.
+    for claim in claimed(&mut c, firm, &ids).await {
+        t::commit(&db.pool, &claim, NODE, &Frame::new(json!({})))
+            .await
+            .unwrap();
+    }
+    let envelopes = requests(&mut c, firm, ids.iter().rev().copied()).await;
+    let (lowest, highest) = (&envelopes[..1], &envelopes[envelopes.len() - 1..]);
+    let mut trigger = db.connection().await.unwrap();
+    trigger
+        .batch_execute(&format!("BEGIN; {}", apply_sql(lowest)))
+        .await
+        .expect("the lowest matter's event applied");
+    let claims = {
+        let pool = db.pool.clone();
+        let members: Vec<ClaimRequest> = ids.iter().map(|m| req(firm, *m)).collect();
+        tokio::spawn(async move {
+            let mut c = pool.get().await.expect("conn");
+            t::claim_batch(&mut c, &members)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    };
+    let since = std::time::Instant::now();
+    loop {
+        let waiting: Waiting = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND wait_event_type = 'Lock' AND query LIKE '%ops.claim_batch(%'",
+        )
+        .get_result(&mut c)
+        .await
+        .unwrap();
+        if waiting.n > 0 {
+            break;
+        }
+        if claims.is_finished() || since.elapsed() > Duration::from_secs(20) {
+            let ended = if claims.is_finished() {
+                format!("{:?}", claims.await.unwrap())
+            } else {
+                "still running".into()
+            };
+            panic!("the claim batch never waited for the row the trigger holds: {ended}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rest = trigger
+        .batch_execute(&format!("{} COMMIT;", apply_sql(highest)))
+        .await
+        .map_err(|e| e.to_string());
+    if rest.is_err() {
+        trigger.batch_execute("ROLLBACK").await.unwrap();
+    }
+    let answers = claims.await.unwrap();
+    assert!(
+        rest.is_ok() && answers.is_ok(),
+        "trigger: {rest:?}; claim batch: {answers:?}"
+    );
+    let answers = answers.unwrap();
+    assert!(
+        answers.iter().all(|a| a.is_some()),
+        "the batch claimed every matter after the trigger: {answers:?}"
+    );
+}
+
+/// The trigger's own statement over `wires`, as SQL text (run inside a transaction a test holds).
+fn apply_sql(wires: &[briefrail::ledger::inbox::EventEnvelope]) -> String {
+    let ids: Vec<String> = wires.iter().map(|w| format!("'{}'", w.event_id)).collect();
+    let names: Vec<String> = wires
+        .iter()
+        .map(|w| format!("'{}'", w.event_name))
+        .collect();
+    format!(
+        "SELECT count(*) FROM ops.apply_events('batches-test', ARRAY[{}]::uuid[], ARRAY[{}]::text[]);",
+        ids.join(","),
+        names.join(",")
+    )
+}
+
 /// One commit batch over `claims`, in their order, in its own transaction, as SQL text.
 fn commit_batch_sql(claims: &[Claim]) -> String {
     let list = |f: &dyn Fn(&Claim) -> String| claims.iter().map(f).collect::<Vec<_>>().join(",");
@@ -415,19 +509,7 @@ async fn a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_
     let mut c = db.pool.get().await.unwrap();
     let claims = claimed(&mut c, firm, &ids).await;
     let envelopes = requests(&mut c, firm, ids.iter().rev().copied()).await;
-    // The trigger's own statement, in a transaction this test holds open.
-    let apply = |wires: &[briefrail::ledger::inbox::EventEnvelope]| {
-        let ids: Vec<String> = wires.iter().map(|w| format!("'{}'", w.event_id)).collect();
-        let names: Vec<String> = wires
-            .iter()
-            .map(|w| format!("'{}'", w.event_name))
-            .collect();
-        format!(
-            "SELECT count(*) FROM ops.apply_events('batches-test', ARRAY[{}]::uuid[], ARRAY[{}]::text[]);",
-            ids.join(","),
-            names.join(",")
-        )
-    };
+    let apply = apply_sql;
     let mut trigger = db.connection().await.unwrap();
     trigger
         .batch_execute(&format!("BEGIN; {}", apply(&envelopes[..1])))

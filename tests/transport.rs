@@ -181,9 +181,17 @@ async fn a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once(
     .unwrap()
     .await
     .unwrap();
-    // The restarted relay publishes it again; the consumer sees it twice.
-    let _relay = Relay::new(r.opts.clone()).start();
+    // The consumer applies that copy first; then the restarted relay publishes it again and the
+    // consumer sees it a second time, in a batch of its own (two copies in one batch are told
+    // apart before the ledger is asked; this test is about the ledger's inbox key).
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    eventually(
+        Duration::from_secs(20),
+        "the crashed relay's copy applied",
+        || async { (get(&r.opts.metrics.counters.events_consumed) >= 1).then_some(()) },
+    )
+    .await;
+    let _relay = Relay::new(r.opts.clone()).start();
     eventually(
         Duration::from_secs(20),
         "the matter to be served",
@@ -1127,6 +1135,122 @@ async fn a_dead_letter_that_fails_does_not_strand_the_rest_of_its_batch() {
         0,
         "the forgery was never dead-lettered: its record failed"
     );
+}
+
+/// A batch's failure ends the consumer's session only once the batches already applying have
+/// settled. Here the genuine pair is held mid-transaction (its inbox insert waits for a lock
+/// this test holds) when a forgery arrives on its own and its dead letter fails, which ends the
+/// session. The held batch must then commit, ack and nudge in that session: each genuine
+/// delivery is recorded once. A session that dropped the batch in flight rolled it back and
+/// applied it again on redelivery (seen as a second insert attempt, counted by a sequence,
+/// which no rollback undoes).
+#[actix_rt::test]
+async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle() {
+    let r = rig(Duration::from_secs(600)).await;
+    let ch = channel().await;
+    let ex = r.scope.topology.events_exchange.clone();
+    let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    c.batch_execute(
+        "CREATE SEQUENCE public.refusals;
+         CREATE SEQUENCE public.inserts;
+         CREATE FUNCTION public.refuse_dead_letters() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM nextval('public.refusals');
+               RAISE EXCEPTION 'this test refuses every dead letter'; END $$;
+         CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON ops.dead_letters
+         FOR EACH ROW EXECUTE FUNCTION public.refuse_dead_letters();
+         CREATE FUNCTION public.hold_inserts() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM nextval('public.inserts');
+               -- Held as long as the test says, not the pool's lock_timeout.
+               PERFORM set_config('lock_timeout', '0', true);
+               PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;
+         CREATE TRIGGER hold_inserts BEFORE INSERT ON ops.consumed_events
+         FOR EACH ROW EXECUTE FUNCTION public.hold_inserts();",
+    )
+    .await
+    .unwrap();
+    for m in [a, b] {
+        facts::create_matter(&mut c, firm, m, "Acme v. Globex")
+            .await
+            .unwrap();
+    }
+    let mut holder = r.db.connection().await.unwrap();
+    holder
+        .batch_execute("SELECT pg_advisory_lock(4242)")
+        .await
+        .unwrap();
+    for m in [a, b] {
+        publish_row(&ch, &ex, &newest_event(&r.db, m).await.envelope()).await;
+    }
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    let held = || async {
+        let mut c = r.db.pool.get().await.unwrap();
+        diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event = 'advisory'",
+        )
+        .get_result::<Count>(&mut c)
+        .await
+        .unwrap()
+        .n
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the genuine pair's batch waits in its transaction",
+        || async { (held().await > 0).then_some(()) },
+    )
+    .await;
+    let mut forged = newest_event(&r.db, a).await.envelope();
+    forged.matter_id = b;
+    publish_row(&ch, &ex, &forged).await;
+    eventually(
+        Duration::from_secs(20),
+        "the forgery's dead letter refused",
+        || async { (sequence(&r.db, "refusals").await > 0).then_some(()) },
+    )
+    .await;
+    // A consumer that ended the session at once reconnects (200 ms) and applies the genuine
+    // pair again, a second waiter on the held lock: seen, or two seconds without it, the lock
+    // is let go.
+    let since = std::time::Instant::now();
+    while held().await < 2 && since.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder
+        .batch_execute("SELECT pg_advisory_unlock(4242)")
+        .await
+        .unwrap();
+    for m in [a, b] {
+        eventually(
+            Duration::from_secs(20),
+            "each genuine matter served",
+            || async { served(&r.db, firm, m).await.then_some(()) },
+        )
+        .await;
+    }
+    assert_eq!(
+        sequence(&r.db, "inserts").await,
+        2,
+        "each genuine delivery recorded once: its batch settled in the session that applied it"
+    );
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// How many values `public.<name>` has handed out (0 before the first).
+async fn sequence(db: &TestDb, name: &str) -> i64 {
+    let mut c = db.pool.get().await.unwrap();
+    diesel::sql_query(format!(
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM public.{name}"
+    ))
+    .get_result::<Count>(&mut c)
+    .await
+    .unwrap()
+    .n
 }
 
 /// A consumer that stopped between its commit and its nudge (here: the demand applied by hand,

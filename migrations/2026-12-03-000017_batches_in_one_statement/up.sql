@@ -70,10 +70,6 @@ BEGIN
                       p_event_ids, p_only_unserved, p_max_attempts)
                WITH ORDINALITY AS x(firm, matter, lease_secs, run_id, node, trace_id, event_ids,
                                     only_unserved, max_attempts, n)
-    ), attempt AS (
-        SELECT DISTINCT ON (m.firm, m.matter) m.*
-          FROM member m
-         ORDER BY m.firm, m.matter, m.n
     ), claimed AS (
         INSERT INTO ops.matter_frame_jobs AS j
             (firm_id, matter_id, run_status, rebuild_needed, requested_generation,
@@ -82,7 +78,7 @@ BEGIN
         SELECT a.firm, a.matter, 'running', false, 1, 1, ops.clock(), ops.now(),
                pg_current_snapshot()::text, ops.cluster_id(), a.run_id, a.lease_secs,
                ops.clock() + make_interval(secs => a.lease_secs)
-          FROM attempt a
+          FROM member a
          WHERE NOT ops.is_archived(a.firm, a.matter)
          ORDER BY a.firm, a.matter
         ON CONFLICT (firm_id, matter_id) DO UPDATE SET
@@ -96,14 +92,14 @@ BEGIN
             claimed_run_id       = excluded.claimed_run_id,
             lease_seconds        = excluded.lease_seconds,
             lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),
-            consecutive_failures = CASE WHEN (SELECT a.only_unserved FROM attempt a
+            consecutive_failures = CASE WHEN (SELECT a.only_unserved FROM member a
                                                WHERE a.run_id = excluded.claimed_run_id)
                                         THEN j.consecutive_failures ELSE 0 END,
             updated_at           = ops.now()
         WHERE (j.run_status <> 'running' OR j.lease_expires_at < ops.now())
           AND (SELECT NOT a.only_unserved OR (j.landed_generation < j.requested_generation
                                               AND j.consecutive_failures < a.max_attempts)
-                 FROM attempt a WHERE a.run_id = excluded.claimed_run_id)
+                 FROM member a WHERE a.run_id = excluded.claimed_run_id)
           AND NOT ops.is_archived(j.firm_id, j.matter_id)
         RETURNING j.firm_id, j.matter_id, j.claimed_generation, j.claimed_run_id
     ), stale AS (
@@ -125,7 +121,7 @@ BEGIN
              outcome, trace_id, event_ids)
         SELECT c.claimed_run_id, c.firm_id, c.matter_id, c.claimed_generation, a.node,
                ops.clock(), ops.clock(), 'running', a.trace_id, coalesce(a.event_ids::uuid[], '{}')
-          FROM claimed c JOIN attempt a ON a.run_id = c.claimed_run_id
+          FROM claimed c JOIN member a ON a.run_id = c.claimed_run_id
     )
     SELECT array_agg(c.claimed_generation ORDER BY m.n) INTO v_tokens
       FROM member m LEFT JOIN claimed c ON c.claimed_run_id = m.run_id;

@@ -97,7 +97,7 @@ pub fn all() -> Vec<Mutation> {
                 )
             },
             killers: &[
-                "batches::two_batches_over_the_same_matters_in_opposite_orders_never_deadlock",
+                "batches::a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
             ],
         },
         Mutation {

@@ -106,7 +106,6 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
     // (no waiting to fill one); under load up to BATCH at a time, CONCURRENT_BATCHES at once.
     // Each delivery enters the ack window as it comes off the channel, in tag order, before
     // any batch after it can commit.
-    use futures_util::{StreamExt, TryStreamExt};
     let window = Mutex::new(AckWindow::default());
     let acking = tokio::sync::Mutex::new(());
     let session = Session {
@@ -116,6 +115,14 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
         window: &window,
         acking: &acking,
     };
+    //
+    // A batch's failure ends the session (its unacked deliveries come back on the next one,
+    // after the reconnect backoff), but only once the batches already applying have settled:
+    // no new chunk is taken, and none in flight is dropped between its commit and its acks and
+    // nudges, nor abandoned mid-transaction to be applied again on redelivery.
+    use futures_util::StreamExt;
+    let failed = tokio::sync::Notify::new();
+    let first_error = Mutex::new(None);
     deliveries
         .inspect(|d| {
             if let Ok(d) = d {
@@ -123,10 +130,20 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
             }
         })
         .ready_chunks(BATCH)
-        .map(Ok::<_, Error>)
-        .try_for_each_concurrent(CONCURRENT_BATCHES, |chunk| session.handle_batch(chunk))
-        .await?;
-    Err(Error::broker("the consumer was cancelled"))
+        .take_until(failed.notified())
+        .for_each_concurrent(CONCURRENT_BATCHES, |chunk| async {
+            if let Err(e) = session.handle_batch(chunk).await {
+                let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                if first.is_none() {
+                    tracing::debug!(error = %e, "consumer: ending the session once the batches in flight settle");
+                    *first = Some(e);
+                }
+                failed.notify_one();
+            }
+        })
+        .await;
+    let first = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    Err(first.unwrap_or_else(|| Error::broker("the consumer was cancelled")))
 }
 
 /// Most deliveries applied in one transaction.
@@ -227,9 +244,9 @@ impl Session<'_> {
     /// thread and a wait for its answer, a thread hand-off on a saturated machine). A refused message is dead-lettered first, in
     /// order; one that cannot be dead-lettered stays unacked and does not stop the others.
     /// Every demand is nudged even when an ack failed (the demand is committed). The first
-    /// failure is reported after all that. Should the session end before the acks or the nudges
-    /// (a concurrent batch's failure drops this one), the redelivered copies are duplicates,
-    /// which nudge too.
+    /// failure is reported after all that; it ends the session, but a concurrent batch's failure
+    /// waits for this one to settle (see [`session`]). Should the process stop before the acks
+    /// or the nudges, the redelivered copies are duplicates, which nudge too.
     async fn settle(&self, batch: Vec<(&(Delivery, EventEnvelope), Applied)>) -> Result<()> {
         let mut committed = Vec::with_capacity(batch.len());
         let mut accepted = Vec::with_capacity(batch.len());
