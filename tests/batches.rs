@@ -372,7 +372,6 @@ async fn two_batches_over_the_same_matters_in_opposite_orders_never_deadlock() {
 /// as a deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock() {
-    use diesel_async::RunQueryDsl;
     let db = TestDb::new(3).await.unwrap();
     let firm = Uuid::new_v4();
     let ids = descending(8);
@@ -400,29 +399,7 @@ async fn a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_d
                 .map_err(|e| e.to_string())
         })
     };
-    let since = std::time::Instant::now();
-    loop {
-        let waiting: Waiting = diesel::sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid()
-                AND wait_event_type = 'Lock' AND query LIKE '%ops.claim_batch(%'",
-        )
-        .get_result(&mut c)
-        .await
-        .unwrap();
-        if waiting.n > 0 {
-            break;
-        }
-        if claims.is_finished() || since.elapsed() > Duration::from_secs(20) {
-            let ended = if claims.is_finished() {
-                format!("{:?}", claims.await.unwrap())
-            } else {
-                "still running".into()
-            };
-            panic!("the claim batch never waited for the row the trigger holds: {ended}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let claims = waits_for_a_row_lock(&mut c, "ops.claim_batch(", claims).await;
     let rest = trigger
         .batch_execute(&format!("{} COMMIT;", apply_sql(highest)))
         .await
@@ -440,6 +417,40 @@ async fn a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_d
         answers.iter().all(|a| a.is_some()),
         "the batch claimed every matter after the trigger: {answers:?}"
     );
+}
+
+/// Returns `task` once a statement of another connection that contains `statement` waits for a
+/// row lock (`pg_stat_activity`, polled); fails if `task` ends first or nothing waits in 20 s.
+async fn waits_for_a_row_lock<T: std::fmt::Debug + Send + 'static>(
+    c: &mut diesel_async::AsyncPgConnection,
+    statement: &str,
+    task: tokio::task::JoinHandle<T>,
+) -> tokio::task::JoinHandle<T> {
+    use diesel_async::RunQueryDsl;
+    let since = std::time::Instant::now();
+    loop {
+        let waiting: Waiting = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+        )
+        .bind::<diesel::sql_types::Text, _>(statement)
+        .get_result(c)
+        .await
+        .unwrap();
+        if waiting.n > 0 {
+            return task;
+        }
+        if task.is_finished() || since.elapsed() > Duration::from_secs(20) {
+            let ended = if task.is_finished() {
+                format!("{:?}", task.await.unwrap())
+            } else {
+                "still running".into()
+            };
+            panic!("{statement}…) never waited for the row the trigger holds: {ended}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// The trigger's own statement over `wires`, as SQL text (run inside a transaction a test holds).
@@ -502,7 +513,6 @@ struct Waiting {
 /// and Postgres would abort one of them as a deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock() {
-    use diesel_async::RunQueryDsl;
     let db = TestDb::new(3).await.unwrap();
     let firm = Uuid::new_v4();
     let ids = descending(8);
@@ -523,29 +533,7 @@ async fn a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_
             c.batch_execute(&batch).await.map_err(|e| e.to_string())
         })
     };
-    let since = std::time::Instant::now();
-    loop {
-        let waiting: Waiting = diesel::sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid()
-                AND wait_event_type = 'Lock' AND query LIKE '%ops.commit_frames(%'",
-        )
-        .get_result(&mut c)
-        .await
-        .unwrap();
-        if waiting.n > 0 {
-            break;
-        }
-        if commits.is_finished() || since.elapsed() > Duration::from_secs(20) {
-            let ended = if commits.is_finished() {
-                format!("{:?}", commits.await.unwrap())
-            } else {
-                "still running".into()
-            };
-            panic!("the commit batch never waited for the row the trigger holds: {ended}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let commits = waits_for_a_row_lock(&mut c, "ops.commit_frames(", commits).await;
     let rest = trigger
         .batch_execute(&format!("{} COMMIT;", apply(&envelopes[1..])))
         .await

@@ -1101,14 +1101,7 @@ async fn a_dead_letter_that_fails_does_not_strand_the_rest_of_its_batch() {
     let ex = r.scope.topology.events_exchange.clone();
     let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
-    c.batch_execute(
-        "CREATE FUNCTION public.refuse_dead_letters() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN RAISE EXCEPTION 'this test refuses every dead letter'; END $$;
-         CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON ops.dead_letters
-         FOR EACH ROW EXECUTE FUNCTION public.refuse_dead_letters();",
-    )
-    .await
-    .unwrap();
+    refuse_dead_letters(&mut c, "").await;
     for m in [a, b] {
         facts::create_matter(&mut c, firm, m, "Acme v. Globex")
             .await
@@ -1151,14 +1144,9 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
     let ex = r.scope.topology.events_exchange.clone();
     let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
+    refuse_dead_letters(&mut c, "PERFORM nextval('public.refusals');").await;
     c.batch_execute(
-        "CREATE SEQUENCE public.refusals;
-         CREATE SEQUENCE public.inserts;
-         CREATE FUNCTION public.refuse_dead_letters() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM nextval('public.refusals');
-               RAISE EXCEPTION 'this test refuses every dead letter'; END $$;
-         CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON ops.dead_letters
-         FOR EACH ROW EXECUTE FUNCTION public.refuse_dead_letters();
+        "CREATE SEQUENCE public.inserts;
          CREATE FUNCTION public.hold_inserts() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN PERFORM nextval('public.inserts');
                -- Held as long as the test says, not the pool's lock_timeout.
@@ -1239,6 +1227,20 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
 struct Count {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     n: i64,
+}
+
+/// Makes the ledger refuse every dead letter (a trigger that raises), after `first` (SQL run
+/// in the trigger before it raises; `public.refusals`, a sequence, exists for it to count).
+async fn refuse_dead_letters(c: &mut diesel_async::AsyncPgConnection, first: &str) {
+    c.batch_execute(&format!(
+        "CREATE SEQUENCE public.refusals;
+         CREATE FUNCTION public.refuse_dead_letters() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN {first} RAISE EXCEPTION 'this test refuses every dead letter'; END $$;
+         CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON ops.dead_letters
+         FOR EACH ROW EXECUTE FUNCTION public.refuse_dead_letters();"
+    ))
+    .await
+    .unwrap();
 }
 
 /// How many values `public.<name>` has handed out (0 before the first).
