@@ -85,6 +85,11 @@ pub struct DatabaseSettings {
     pub lock_timeout_ms: u64,
     /// `idle_in_transaction_session_timeout`: a transaction left open is rolled back.
     pub idle_in_transaction_timeout_ms: u64,
+    /// Claim batches (and, as many, commit batches) a node has on the wire at once, each on a
+    /// pooled connection. Requests that arrive while every lane is busy share the next batch:
+    /// fewer lanes make larger batches (less database work per matter); more lanes keep claims
+    /// and commits moving past a batch that waits for a row lock or a stalled flush.
+    pub batch_lanes: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,8 +187,8 @@ pub struct BuildersSettings {
 
 impl BuildersSettings {
     /// 32 claims per builder unless set: with builds of a few milliseconds, the claims and
-    /// commits of that many matters on the wire meet in batches (at 8 builders, 256: the claim
-    /// queue's four lanes of 64; the README's benchmark compares 4 to 32 per builder).
+    /// commits of that many matters on the wire meet in batches (at 8 builders, 256; the
+    /// README's benchmark compares 4 to 32 per builder).
     pub fn held_claims(&self) -> usize {
         self.held_claims.unwrap_or(32 * self.concurrency)
     }
@@ -462,7 +467,8 @@ impl Settings {
         Ok(())
     }
 
-    /// `database.url` is a `postgres://` URL naming a database; `database.pool_size` > 0.
+    /// `database.url` is a `postgres://` URL naming a database; `database.pool_size` > 0;
+    /// `database.batch_lanes` > 0 and at most the pool's connections.
     fn validate_database(&self) -> Result<(), ConfigError> {
         let db = url::Url::parse(self.database.url.expose())
             .map_err(|e| ConfigError::new("database.url", format!("not a URL: {e}")))?;
@@ -478,7 +484,19 @@ impl Settings {
                 "names no database (add /dbname)",
             ));
         }
-        positive("database.pool_size", self.database.pool_size as f64)
+        positive("database.pool_size", self.database.pool_size as f64)?;
+        positive("database.batch_lanes", self.database.batch_lanes as f64)?;
+        if self.database.batch_lanes > self.database.pool_size {
+            return Err(ConfigError::new(
+                "database.batch_lanes",
+                format!(
+                    "each lane runs on a pooled connection: at most database.pool_size ({}), \
+                     got {}",
+                    self.database.pool_size, self.database.batch_lanes
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Lease, heartbeat, sweeper, retry and trigger timings: positive, and each bound on the
@@ -867,6 +885,16 @@ mod tests {
             ("BRIEFRAIL__HTTP__BIND", "nowhere", "http.bind"),
             ("BRIEFRAIL__HTTP__BIND", "0.0.0.0:8080", "http.token"),
             ("BRIEFRAIL__DATABASE__URL", "mysql://x@y/z", "database.url"),
+            (
+                "BRIEFRAIL__DATABASE__BATCH_LANES",
+                "0",
+                "database.batch_lanes",
+            ),
+            (
+                "BRIEFRAIL__DATABASE__BATCH_LANES",
+                "17",
+                "database.batch_lanes",
+            ),
             ("BRIEFRAIL__LOG__FORMAT", "xml", "log.format"),
             ("BRIEFRAIL__OTEL__ENDPOINT", "jaeger:4318", "otel.endpoint"),
             (

@@ -27,9 +27,6 @@ use crate::ledger::transitions::{RetryPolicy, claims_in_batches};
 use crate::metrics::Metrics;
 use crate::nudge::Nudge;
 
-/// Claims (and commits) asked for while this many batches of them are on the wire wait for the
-/// next: four lanes keep the database busy without a request queueing long behind a batch.
-const BATCH_LANES: usize = 4;
 /// At most this many members per batch (a batch holds its rows' locks until it commits).
 const BATCH_MAX: usize = 64;
 
@@ -68,6 +65,9 @@ impl Actors {
         let (draining_tx, draining) = watch::channel(false);
         let (cancel_tx, cancel) = watch::channel(false);
         let node_id = settings.node_id();
+        // Claims (and commits) asked for while this many batches of them are on the wire wait
+        // for the next (`database.batch_lanes`).
+        let lanes = settings.database.batch_lanes as usize;
         let env = Arc::new(BuildEnv {
             pool: pool.clone(),
             builder: opts.builder,
@@ -76,7 +76,7 @@ impl Actors {
             heartbeat: settings.lease.heartbeat(),
             timeout: Duration::from_secs_f64(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
-            commits: Some(commits_in_batches(pool.clone(), BATCH_LANES, BATCH_MAX)),
+            commits: Some(commits_in_batches(pool.clone(), lanes, BATCH_MAX)),
             capacity: Capacity::new(
                 settings.builders.concurrency,
                 settings.builders.held_claims(),
@@ -86,7 +86,7 @@ impl Actors {
         let builders = BuilderPool::start(env);
         let context = Arc::new(NodeContext {
             settings,
-            claims: claims_in_batches(pool.clone(), BATCH_LANES, BATCH_MAX),
+            claims: claims_in_batches(pool.clone(), lanes, BATCH_MAX),
             pool,
             node_id,
             metrics: opts.metrics,

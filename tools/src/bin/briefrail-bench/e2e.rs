@@ -23,6 +23,25 @@ pub struct Run {
     pub matters: usize,
     pub concurrency: usize,
     pub nodes: usize,
+    /// `database.batch_lanes`; `None`: the node's default.
+    pub lanes: Option<usize>,
+}
+
+impl Run {
+    /// How the tables name the run.
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} matters, concurrency {}, {} node{}{}",
+            self.transport,
+            self.matters,
+            self.concurrency,
+            self.nodes,
+            if self.nodes == 1 { "" } else { "s" },
+            self.lanes
+                .map(|l| format!(", lanes {l}"))
+                .unwrap_or_default()
+        )
+    }
 }
 
 /// What one run measured.
@@ -141,7 +160,11 @@ struct NodeProc {
 fn spawn(bin: &Path, url: &str, run: &Run, i: usize, dir: &Path, prefix: &str) -> R<NodeProc> {
     let log = dir.join(format!("node-{i}.log"));
     let out = std::fs::File::create(&log)?;
-    let child = Command::new(bin)
+    let mut cmd = Command::new(bin);
+    if let Some(lanes) = run.lanes {
+        cmd.env("BRIEFRAIL__DATABASE__BATCH_LANES", lanes.to_string());
+    }
+    let child = cmd
         .arg("run")
         .env("BRIEFRAIL__DATABASE__URL", url)
         .env("BRIEFRAIL__DATABASE__POOL_SIZE", POOL.to_string())
@@ -344,6 +367,18 @@ async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'s
             format!("ops.domain_event_outbox WHERE {loaded}"),
         ),
         (
+            "first demand",
+            "min(c.consumed_at)",
+            format!(
+                "ops.consumed_events c JOIN ops.domain_event_outbox USING (event_id) WHERE {loaded}"
+            ),
+        ),
+        (
+            "first claim",
+            "min(started_at)",
+            format!("ops.matter_frame_runs WHERE {loaded}"),
+        ),
+        (
             "first frame",
             "min(created_at)",
             format!("ops.matter_frames WHERE {loaded}"),
@@ -505,6 +540,7 @@ pub fn entry(run: &Run, s: &Served, ceiling: f64) -> serde_json::Value {
         "matters": run.matters,
         "builders_concurrency": run.concurrency,
         "nodes": run.nodes,
+        "batch_lanes": run.lanes,
         "matters_per_s": s.per_s,
         "ceiling_tps": ceiling,
         "ratio": s.per_s / ceiling,

@@ -435,8 +435,9 @@ fn write_results(results: serde_json::Map<String, serde_json::Value>) -> R<()> {
 }
 
 /// The runs of the end-to-end section: `BRIEFRAIL_BENCH_E2E` =
-/// `transport:matters:concurrency:nodes,...` picks some; by default both transports at 2,000
-/// and 10,000 matters, `builders.concurrency` 1, 4, 8 and 32, and two nodes.
+/// `transport:matters:concurrency:nodes[:lanes],...` picks some; by default both transports at
+/// 2,000 and 10,000 matters, `builders.concurrency` 1, 4, 8 and 32, two nodes, and amqp at
+/// 10,000 with `database.batch_lanes` 1 and 4 beside the default.
 fn e2e_runs() -> R<Vec<e2e::Run>> {
     let spec = std::env::var("BRIEFRAIL_BENCH_E2E").unwrap_or_else(|_| {
         let mut v = Vec::new();
@@ -448,14 +449,20 @@ fn e2e_runs() -> R<Vec<e2e::Run>> {
             }
             v.push(format!("{t}:2000:8:2"));
         }
+        for lanes in [1, 4] {
+            v.push(format!("amqp:10000:8:1:{lanes}"));
+        }
         v.join(",")
     });
     spec.split(',')
         .map(|r| {
             let f: Vec<&str> = r.split(':').collect();
-            let bad =
-                || format!("BRIEFRAIL_BENCH_E2E: {r:?} is not transport:matters:concurrency:nodes");
-            if f.len() != 4 {
+            let bad = || {
+                format!(
+                    "BRIEFRAIL_BENCH_E2E: {r:?} is not transport:matters:concurrency:nodes[:lanes]"
+                )
+            };
+            if !(4..=5).contains(&f.len()) {
                 return Err(bad().into());
             }
             Ok(e2e::Run {
@@ -467,6 +474,10 @@ fn e2e_runs() -> R<Vec<e2e::Run>> {
                 matters: f[1].parse().map_err(|_| bad())?,
                 concurrency: f[2].parse().map_err(|_| bad())?,
                 nodes: f[3].parse().map_err(|_| bad())?,
+                lanes: match f.get(4) {
+                    Some(l) => Some(l.parse().map_err(|_| bad())?),
+                    None => None,
+                },
             })
         })
         .collect()
@@ -479,7 +490,7 @@ async fn e2e_section(
 ) -> R<()> {
     let runs = e2e_runs()?;
     println!(
-        "\n{:<44} {:>9} {:>9} {:>6} {:>7} {:>9} {:>6} {:>8} {:>15}",
+        "\n{:<54} {:>9} {:>9} {:>6} {:>7} {:>9} {:>6} {:>8} {:>15}",
         "end to end (brief builder, json logs)",
         "matters/s",
         "ceiling",
@@ -504,15 +515,8 @@ async fn e2e_section(
         };
         let s = e2e::serve(server, run).await?;
         println!(
-            "{:<44} {:>9.0} {:>9.0} {:>6.2} {:>7.2} {:>9.0} {:>6} {:>8.1} {:>15}",
-            format!(
-                "{} {} matters, concurrency {}, {} node{}",
-                run.transport,
-                run.matters,
-                run.concurrency,
-                run.nodes,
-                if run.nodes == 1 { "" } else { "s" }
-            ),
+            "{:<54} {:>9.0} {:>9.0} {:>6.2} {:>7.2} {:>9.0} {:>6} {:>8.1} {:>15}",
+            run.label(),
             s.per_s,
             ceiling,
             s.per_s / ceiling,
