@@ -31,15 +31,17 @@ use crate::trace::Traceparent;
 /// the node is saturated, and the sweeper's reconcile brings the matter back).
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A matter actor reports it has been idle; its supervisor decides whether to stop it.
+/// A matter actor reports that it has just gone idle (its cycle ended with nothing pending);
+/// its supervisor asks it to stop once `trigger.idle_seconds` have passed. One report per idle
+/// spell, no timer per actor: a node holding 100,000 matter actors keeps no 100,000 timers.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Idle {
     pub key: MatterKey,
-    pub addr: Addr<MatterActor>,
 }
 
-/// Stop if there is nothing to do; replies whether it stopped.
+/// Stop if there is nothing to do and nothing was done for `trigger.idle_seconds`; replies
+/// whether it stopped.
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub struct StopIfIdle;
@@ -150,6 +152,8 @@ impl MatterActor {
         self.last_activity = Instant::now();
         if self.pending.is_some() {
             self.schedule(ctx);
+        } else {
+            self.supervisor.do_send(Idle { key: self.key });
         }
     }
 
@@ -239,18 +243,6 @@ async fn claim_cycle(
 
 impl Actor for MatterActor {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        let idle_after = Duration::from_secs_f64(self.node.settings.trigger.idle_seconds);
-        ctx.run_interval(idle_after / 2, move |act, ctx| {
-            if act.idle() && act.last_activity.elapsed() >= idle_after {
-                act.supervisor.do_send(Idle {
-                    key: act.key,
-                    addr: ctx.address(),
-                });
-            }
-        });
-    }
 }
 
 impl Handler<Nudge> for MatterActor {
@@ -319,7 +311,10 @@ impl Handler<StopIfIdle> for MatterActor {
     type Result = bool;
 
     fn handle(&mut self, _: StopIfIdle, ctx: &mut Context<Self>) -> bool {
-        if self.idle() {
+        // A report from an earlier idle spell finds the actor busy again, or idle since more
+        // recently (its newer report comes due later).
+        let idle_after = Duration::from_secs_f64(self.node.settings.trigger.idle_seconds);
+        if self.idle() && self.last_activity.elapsed() >= idle_after {
             ctx.stop();
             true
         } else {

@@ -3,8 +3,9 @@
 //! memory tracks active matters, not all matters. An actor that died (a panic in a handler) is
 //! replaced by a fresh one with cleared state on the next nudge: no token survives it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
@@ -22,6 +23,9 @@ pub struct Supervisor {
     /// Live matter actors. An entry is removed only when its actor agreed it was idle and
     /// stopped, or when its actor is found dead.
     matters: HashMap<MatterKey, Addr<MatterActor>>,
+    /// Matters whose actor reported going idle, oldest report first (reports arrive in time
+    /// order, so the due ones are always at the front).
+    went_idle: VecDeque<(Instant, MatterKey)>,
 }
 
 impl Supervisor {
@@ -29,13 +33,38 @@ impl Supervisor {
         Self {
             node,
             matters: HashMap::new(),
+            went_idle: VecDeque::new(),
         }
     }
+
+    fn idle_after(&self) -> Duration {
+        Duration::from_secs_f64(self.node.settings.trigger.idle_seconds)
+    }
 }
+
+/// Asks the actor of a matter that went idle at least `trigger.idle_seconds` ago to stop.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Retire(MatterKey);
 
 /// Nudges arrive with `do_send`, which ignores mailbox capacity: a burst is never refused.
 impl Actor for Supervisor {
     type Context = Context<Self>;
+
+    /// One timer for every matter: each tick asks the actors whose idle report is due (an
+    /// actor stops between one and one and a half `trigger.idle_seconds` after its last work).
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.idle_after() / 2, |act, ctx| {
+            let idle_after = act.idle_after();
+            while let Some((at, key)) = act.went_idle.front().copied() {
+                if at.elapsed() < idle_after {
+                    break;
+                }
+                act.went_idle.pop_front();
+                ctx.notify(Retire(key));
+            }
+        });
+    }
 }
 
 impl Handler<Nudge> for Supervisor {
@@ -61,12 +90,23 @@ impl Handler<Nudge> for Supervisor {
 }
 
 impl Handler<Idle> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) {
+        self.went_idle.push_back((Instant::now(), msg.key));
+    }
+}
+
+impl Handler<Retire> for Supervisor {
     type Result = AtomicResponse<Self, ()>;
 
     /// Atomic: while the actor is asked, no nudge is routed, so none can slip into a mailbox
-    /// that is about to close. Nudges already queued there make the actor refuse to stop.
-    fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) -> Self::Result {
-        let Idle { key, addr } = msg;
+    /// that is about to close. Nudges already queued there, or work since its report, make the
+    /// actor refuse to stop.
+    fn handle(&mut self, Retire(key): Retire, _ctx: &mut Context<Self>) -> Self::Result {
+        let Some(addr) = self.matters.get(&key).cloned() else {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(())));
+        };
         AtomicResponse::new(Box::pin(
             {
                 let addr = addr.clone();
