@@ -1,8 +1,8 @@
 //! The Brief rail's trigger, consuming from its quorum queue with manual acks and a bounded
 //! prefetch. Deliveries that arrive together are applied together: one transaction records
-//! `(consumer, event_id)`, checks the gates and records the demand for each; the acks follow
-//! the commit (one frame for many deliveries, never past one still applying: [`super::acks`]);
-//! then the matter actors are nudged.
+//! `(consumer, event_id)`, checks the gates and records the demand for each; after the commit
+//! the matter actors are nudged and the acks follow (one frame for many deliveries, never past
+//! one still applying: [`super::acks`]).
 //!
 //! Nothing in a message is believed: the inbox transaction reads the event's outbox row by id
 //! and takes every value from it. A malformed message, or one the ledger does not confirm (an
@@ -235,8 +235,8 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Acks (or dead-letters) each delivery of a committed batch by what the ledger made of
-    /// it, then nudges the matters of its demands.
+    /// Dead-letters each refused delivery of a committed batch, nudges the matters of its
+    /// demands, then acks what the ledger made of each.
     ///
     /// The batch's acks are one frame when nothing below it is still applying (else they go
     /// out with the ack of the batch below: [`AckWindow`]); acks go out in tag order across
@@ -267,15 +267,18 @@ impl Session<'_> {
             committed.push((d.delivery_tag, d.acker.clone()));
             accepted.push((e.event_id, applied));
         }
+        // The demands are committed: their matters are nudged before the acks are awaited (a
+        // nudge is a message to this process, the acks a hand-off to lapin's I/O thread and,
+        // on a busy machine, a wait), so claims start while the broker is told.
+        for (event_id, applied) in accepted {
+            announce(self.opts, self.nudges, event_id, applied);
+        }
         let acked = {
             let _in_order = self.acking.lock().await;
             let mut acks = self.window().committed(committed);
             acks.extend(unacked);
             self.send(acks).await
         };
-        for (event_id, applied) in accepted {
-            announce(self.opts, self.nudges, event_id, applied);
-        }
         first_error.or(acked.err()).map_or(Ok(()), Err)
     }
 
