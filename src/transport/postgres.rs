@@ -66,13 +66,20 @@ async fn listen_loop(opts: PgTransportOptions, nudges: Recipient<Nudge>) {
     }
 }
 
-async fn listen(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<()> {
-    let mut conn = AsyncPgConnection::establish(opts.url.expose())
+/// A connection of its own (not pooled: it stays subscribed) listening on the outbox's
+/// [`CHANNEL`]; both transports wake on it when a fact commits.
+pub(crate) async fn outbox_listener(url: &str) -> Result<AsyncPgConnection> {
+    let mut conn = AsyncPgConnection::establish(url)
         .await
         .map_err(Error::connection)?;
     diesel::sql_query(format!("LISTEN {CHANNEL}"))
         .execute(&mut conn)
         .await?;
+    Ok(conn)
+}
+
+async fn listen(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) -> Result<()> {
+    let mut conn = outbox_listener(opts.url.expose()).await?;
     let mut notifications = std::pin::pin!(conn.notifications_stream());
     loop {
         // Drain everything that is there now, then wait for a notification or the poll.

@@ -11,7 +11,6 @@
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation};
@@ -23,7 +22,7 @@ use crate::ledger::inbox::BRIEF_RAIL;
 use crate::ledger::models::OutboxRow;
 use crate::ledger::outbox;
 use crate::metrics::Metrics;
-use crate::transport::postgres::CHANNEL;
+use crate::transport::postgres::outbox_listener;
 
 /// How far back reconciliation looks for published events the trigger never consumed.
 pub const RECONCILE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -83,15 +82,7 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
             .map_err(broker)?;
         Ok::<_, Error>((conn, ch))
     };
-    let listener_side = async {
-        let mut listener = AsyncPgConnection::establish(opts.db_url.expose())
-            .await
-            .map_err(Error::connection)?;
-        diesel::sql_query(format!("LISTEN {CHANNEL}"))
-            .execute(&mut listener)
-            .await?;
-        Ok::<_, Error>(listener)
-    };
+    let listener_side = outbox_listener(opts.db_url.expose());
     let (broker_side, listener_side) = tokio::join!(broker_side, listener_side);
     let ((conn, ch), mut listener) = (broker_side?, listener_side?);
     let mut notifications = std::pin::pin!(listener.notifications_stream());
