@@ -226,6 +226,12 @@ impl Node {
         self.actors.lookup(key).await
     }
 
+    /// How many idle reports of matter actors wait in the supervisor (a test hook).
+    #[cfg(feature = "testing")]
+    pub async fn idle_reports(&self) -> usize {
+        self.actors.idle_reports().await
+    }
+
     /// Stops the transport only (intake), leaving the actors running: what a test of a lost
     /// transport, or an operator pausing intake, does. [`Node::shutdown`] does it too.
     pub async fn stop_intake(&self) {

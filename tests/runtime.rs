@@ -384,6 +384,42 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
     );
 }
 
+/// A matter built again and again within `trigger.idle_seconds` leaves one idle report in its
+/// supervisor, not one per build: the supervisor's queue (and the round trips it makes to
+/// retire actors) follows the matters that are idle, not the builds a busy node lands.
+#[actix_rt::test]
+async fn a_matter_built_many_times_leaves_one_idle_report() {
+    let db = TestDb::new(8).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut s = settings(&db, "node");
+    s.trigger.debounce_ms = 1;
+    s.trigger.max_wait_ms = 10;
+    s.trigger.idle_seconds = 600.0;
+    let node = start(&db, s, Gate::new(true, Duration::ZERO).0, false).await;
+    for round in 1..=20i64 {
+        {
+            let mut c = db.pool.get().await.unwrap();
+            t::demand(&mut c, firm, matter).await.unwrap();
+        }
+        node.nudge(Nudge::matter(firm, matter));
+        until_job(&db, firm, matter, Duration::from_secs(20), "served", |j| {
+            j.landed_generation >= 2 * round && j.run_status == RunStatus::Idle
+        })
+        .await;
+    }
+    // The last build's report may still be on its way to the supervisor.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.idle_reports().await == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        node.idle_reports().await,
+        1,
+        "twenty builds of one matter, one idle report waiting"
+    );
+    assert_eq!(node.actor_count().await, 1);
+}
+
 #[actix_rt::test]
 async fn ten_thousand_matters_land_and_idle_actors_are_stopped() {
     let db = TestDb::new(16).await.unwrap();

@@ -31,9 +31,10 @@ use crate::trace::Traceparent;
 /// the node is saturated, and the sweeper's reconcile brings the matter back).
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A matter actor reports that it has just gone idle (its cycle ended with nothing pending);
-/// its supervisor asks it to stop once `trigger.idle_seconds` have passed. One report per idle
-/// spell, no timer per actor: a node holding 100,000 matter actors keeps no 100,000 timers.
+/// A matter actor reports that it has gone idle (its cycle ended with nothing pending); its
+/// supervisor asks it to stop once `trigger.idle_seconds` have passed. At most one report per
+/// actor waits at a time (a matter built again meanwhile adds none), and there is no timer per
+/// actor: a node holding 100,000 matter actors keeps no 100,000 timers.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Idle {
@@ -78,6 +79,9 @@ pub struct MatterActor {
     /// end clears it, so no two claims of this matter overlap in this process.
     cycle_running: bool,
     last_activity: Instant,
+    /// Its supervisor holds an idle report of this actor that has not been answered yet: one
+    /// report at a time, however often the matter is built meanwhile.
+    reported_idle: bool,
 }
 
 impl MatterActor {
@@ -90,6 +94,7 @@ impl MatterActor {
             timer: None,
             cycle_running: false,
             last_activity: Instant::now(),
+            reported_idle: false,
         }
     }
 
@@ -153,6 +158,14 @@ impl MatterActor {
         if self.pending.is_some() {
             self.schedule(ctx);
         } else {
+            self.report_idle();
+        }
+    }
+
+    /// Tells the supervisor this actor is idle, unless a report of it is still waiting there.
+    fn report_idle(&mut self) {
+        if !self.reported_idle {
+            self.reported_idle = true;
             self.supervisor.do_send(Idle { key: self.key });
         }
     }
@@ -311,13 +324,19 @@ impl Handler<StopIfIdle> for MatterActor {
     type Result = bool;
 
     fn handle(&mut self, _: StopIfIdle, ctx: &mut Context<Self>) -> bool {
-        // A report from an earlier idle spell finds the actor busy again, or idle since more
-        // recently (its newer report comes due later).
+        // The supervisor has answered this actor's report: the next idle spell reports again.
+        self.reported_idle = false;
+        if !self.idle() {
+            // Busy again: the end of its cycle reports.
+            return false;
+        }
         let idle_after = Duration::from_secs_f64(self.node.settings.trigger.idle_seconds);
-        if self.idle() && self.last_activity.elapsed() >= idle_after {
+        if self.last_activity.elapsed() >= idle_after {
             ctx.stop();
             true
         } else {
+            // Idle, but it worked since its report: report again, due a full window from now.
+            self.report_idle();
             false
         }
     }

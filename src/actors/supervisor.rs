@@ -24,7 +24,7 @@ pub struct Supervisor {
     /// stopped, or when its actor is found dead.
     matters: HashMap<MatterKey, Addr<MatterActor>>,
     /// Matters whose actor reported going idle, oldest report first (reports arrive in time
-    /// order, so the due ones are always at the front).
+    /// order, so the due ones are always at the front); at most one entry per live actor.
     went_idle: VecDeque<(Instant, MatterKey)>,
 }
 
@@ -51,8 +51,10 @@ struct Retire(MatterKey);
 impl Actor for Supervisor {
     type Context = Context<Self>;
 
-    /// One timer for every matter: each tick asks the actors whose idle report is due (an
-    /// actor stops between one and one and a half `trigger.idle_seconds` after its last work).
+    /// One timer for every matter: each tick asks the actors whose idle report is due. An
+    /// actor stops one to one and a half `trigger.idle_seconds` after its report; one that
+    /// worked since reports again when asked, so it stops at most about two and a half
+    /// `trigger.idle_seconds` after its last work.
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(self.idle_after() / 2, |act, ctx| {
             let idle_after = act.idle_after();
@@ -144,5 +146,20 @@ impl Handler<Lookup> for Supervisor {
 
     fn handle(&mut self, msg: Lookup, _: &mut Context<Self>) -> Self::Result {
         self.matters.get(&msg.0).filter(|a| a.connected()).cloned()
+    }
+}
+
+/// How many idle reports wait in the supervisor (a test hook: `feature = "testing"`).
+#[cfg(feature = "testing")]
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct IdleReports;
+
+#[cfg(feature = "testing")]
+impl Handler<IdleReports> for Supervisor {
+    type Result = usize;
+
+    fn handle(&mut self, _: IdleReports, _: &mut Context<Self>) -> usize {
+        self.went_idle.len()
     }
 }

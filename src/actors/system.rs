@@ -136,6 +136,15 @@ impl Actors {
             .flatten()
     }
 
+    /// How many idle reports of matter actors wait in the supervisor (a test hook).
+    #[cfg(feature = "testing")]
+    pub async fn idle_reports(&self) -> usize {
+        self.supervisor
+            .send(super::supervisor::IdleReports)
+            .await
+            .unwrap_or(0)
+    }
+
     /// Runs one sweep + reconcile pass now.
     pub async fn sweep_now(&self) -> Result<SweepReport> {
         self.sweeper

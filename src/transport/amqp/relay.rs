@@ -83,8 +83,8 @@ async fn session(opts: &AmqpOptions) -> Result<()> {
         Ok::<_, Error>((conn, ch))
     };
     let listener_side = outbox_listener(opts.db_url.expose());
-    let (broker_side, listener_side) = tokio::join!(broker_side, listener_side);
-    let ((conn, ch), mut listener) = (broker_side?, listener_side?);
+    // Whichever fails first ends the attempt (the other is dropped).
+    let ((conn, ch), mut listener) = tokio::try_join!(broker_side, listener_side)?;
     let mut notifications = std::pin::pin!(listener.notifications_stream());
     tracing::info!("relay connected");
     let mut last_reconcile = Instant::now();
@@ -219,7 +219,8 @@ pub const WINDOWS_PER_LEASE: usize = 4;
 
 /// Publishes everything publishable now, `relay.batch` messages at a time (the confirm window:
 /// a window's confirms all arrive before the next window is published). Rows are leased
-/// [`WINDOWS_PER_LEASE`] windows at a time, and the ledger works beside the broker: while one
+/// [`WINDOWS_PER_LEASE`] windows at a time (the first lease one window), and the ledger works
+/// beside the broker: while one
 /// lease's windows are published and confirmed, the previous lease's rows are marked and the
 /// next lease is taken (their rows are disjoint: leased rows are skipped), so the ledger's
 /// round trips hide behind the broker's without widening the window.
