@@ -173,6 +173,13 @@ pub struct TriggerSettings {
     pub idle_seconds: f64,
 }
 
+impl TriggerSettings {
+    /// How long a matter actor stays idle before its supervisor stops it.
+    pub fn idle_after(&self) -> Duration {
+        Duration::from_secs_f64(self.idle_seconds)
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildersSettings {

@@ -330,8 +330,7 @@ impl Handler<StopIfIdle> for MatterActor {
             // Busy again: the end of its cycle reports.
             return false;
         }
-        let idle_after = Duration::from_secs_f64(self.node.settings.trigger.idle_seconds);
-        if self.last_activity.elapsed() >= idle_after {
+        if self.last_activity.elapsed() >= self.node.settings.trigger.idle_after() {
             ctx.stop();
             true
         } else {

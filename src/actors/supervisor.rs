@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::prelude::*;
 
@@ -36,10 +36,6 @@ impl Supervisor {
             went_idle: VecDeque::new(),
         }
     }
-
-    fn idle_after(&self) -> Duration {
-        Duration::from_secs_f64(self.node.settings.trigger.idle_seconds)
-    }
 }
 
 /// Asks the actor of a matter that went idle at least `trigger.idle_seconds` ago to stop.
@@ -56,8 +52,8 @@ impl Actor for Supervisor {
     /// worked since reports again when asked, so it stops at most about two and a half
     /// `trigger.idle_seconds` after its last work.
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.idle_after() / 2, |act, ctx| {
-            let idle_after = act.idle_after();
+        ctx.run_interval(self.node.settings.trigger.idle_after() / 2, |act, ctx| {
+            let idle_after = act.node.settings.trigger.idle_after();
             while let Some((at, key)) = act.went_idle.front().copied() {
                 if at.elapsed() < idle_after {
                     break;

@@ -122,7 +122,7 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
     // nudges, nor abandoned mid-transaction to be applied again on redelivery.
     use futures_util::StreamExt;
     let failed = tokio::sync::Notify::new();
-    let first_error = Mutex::new(None);
+    let first_error = std::sync::OnceLock::new();
     deliveries
         .inspect(|d| {
             if let Ok(d) = d {
@@ -133,17 +133,16 @@ async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
         .take_until(failed.notified())
         .for_each_concurrent(CONCURRENT_BATCHES, |chunk| async {
             if let Err(e) = session.handle_batch(chunk).await {
-                let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                if first.is_none() {
-                    tracing::debug!(error = %e, "consumer: ending the session once the batches in flight settle");
-                    *first = Some(e);
-                }
+                tracing::debug!(error = %e, "consumer: ending the session once the batches in flight settle");
+                // The first failure is the one reported; later ones only end it too.
+                let _ = first_error.set(e);
                 failed.notify_one();
             }
         })
         .await;
-    let first = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
-    Err(first.unwrap_or_else(|| Error::broker("the consumer was cancelled")))
+    Err(first_error
+        .into_inner()
+        .unwrap_or_else(|| Error::broker("the consumer was cancelled")))
 }
 
 /// Most deliveries applied in one transaction.
