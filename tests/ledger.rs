@@ -2051,3 +2051,52 @@ async fn the_outbox_is_never_read_whole_to_publish_an_event() {
         "in sequence order"
     );
 }
+
+/// The relay's lease writes a new version of each row it leases (`next_attempt_at`), and the
+/// outbox's pages keep room for it (migration 000019, `fillfactor = 50`): every leased row is
+/// rewritten on its own page (a HOT update), so a lease inserts nothing into the outbox's four
+/// indexes. On full pages each leased row moved to another page and got a new entry in each.
+#[tokio::test]
+async fn the_relays_lease_rewrites_its_rows_in_place() {
+    use briefrail::ledger::outbox;
+    use diesel::sql_types::BigInt;
+    #[derive(diesel::QueryableByName)]
+    struct Updated {
+        #[diesel(sql_type = BigInt)]
+        all: i64,
+        #[diesel(sql_type = BigInt)]
+        in_place: i64,
+    }
+    let db = TestDb::new(1).await.unwrap();
+    let mut c = db.connection().await.unwrap();
+    // Rows as the record writes them: a payload with the document's id, a trace context.
+    c.batch_execute(
+        "INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name, payload, traceparent)
+         SELECT md5('e' || i)::uuid, '00000000-0000-0000-0000-000000000001',
+                md5(i::text)::uuid, 'document.uploaded',
+                jsonb_build_object('document_id', md5('d' || i)::uuid),
+                '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
+           FROM generate_series(1, 1000) i",
+    )
+    .await
+    .unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    let leased = outbox::lease_unpublished(&mut c, 400, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let n: Updated = diesel::sql_query(
+        "SELECT pg_stat_get_xact_tuples_updated('ops.domain_event_outbox'::regclass) AS all,
+                pg_stat_get_xact_tuples_hot_updated('ops.domain_event_outbox'::regclass) AS in_place",
+    )
+    .get_result(&mut c)
+    .await
+    .unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(leased.len(), 400);
+    assert_eq!(n.all, 400, "the lease wrote each leased row once");
+    assert_eq!(
+        n.in_place, 400,
+        "every leased row rewritten on its own page (HOT): {} of 400",
+        n.in_place
+    );
+}

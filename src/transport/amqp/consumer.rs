@@ -38,11 +38,25 @@ use tracing::Instrument;
 pub struct TriggerConsumer {
     opts: AmqpOptions,
     nudges: Recipient<Nudge>,
+    /// The topology was declared just before this consumer started: its first session does
+    /// not declare it again (later sessions do, to repair a broker that lost it).
+    declared: bool,
 }
 
 impl TriggerConsumer {
     pub fn new(opts: AmqpOptions, nudges: Recipient<Nudge>) -> Self {
-        Self { opts, nudges }
+        Self {
+            opts,
+            nudges,
+            declared: false,
+        }
+    }
+
+    /// Says the topology was declared a moment ago ([`super::start`] does so): the first
+    /// session starts consuming a few round trips sooner.
+    pub fn declared(mut self) -> Self {
+        self.declared = true;
+        self
     }
 }
 
@@ -51,12 +65,15 @@ impl Actor for TriggerConsumer {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let (opts, nudges) = (self.opts.clone(), self.nudges.clone());
+        let mut declared = self.declared;
         ctx.spawn(
             async move {
                 let mut wait = Reconnect::new(Duration::from_millis(200), Duration::from_secs(10));
                 loop {
                     let started = Instant::now();
-                    if let Err(e) = session(&opts, &nudges).await {
+                    let result = session(&opts, &nudges, declared).await;
+                    declared = false;
+                    if let Err(e) = result {
                         tracing::warn!(error = %e, "consumer: session ended");
                     }
                     let pause = wait.after(started.elapsed());
@@ -79,15 +96,18 @@ impl Handler<Stop> for TriggerConsumer {
     }
 }
 
-async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>) -> Result<()> {
+async fn session(opts: &AmqpOptions, nudges: &Recipient<Nudge>, declared: bool) -> Result<()> {
     let conn = connect(&opts.url, &format!("briefrail-{}-trigger", opts.node_id)).await?;
     let ch = conn.create_channel().await.map_err(broker)?;
     let dead = conn.create_channel().await.map_err(broker)?;
     dead.confirm_select(ConfirmSelectOptions::default())
         .await
         .map_err(broker)?;
-    // Declared again: a broker that lost its state (or a purged definition) is repaired here.
-    opts.topology.declare(&ch).await?;
+    // Declared again (unless it was a moment ago, at start): a broker that lost its state (or
+    // a purged definition) is repaired here.
+    if !declared {
+        opts.topology.declare(&ch).await?;
+    }
     ch.basic_qos(opts.prefetch, BasicQosOptions::default())
         .await
         .map_err(broker)?;

@@ -108,7 +108,9 @@ pub async fn start(opts: AmqpOptions, nudges: Recipient<Nudge>) -> Result<super:
     let _ = ch.close(200, "topology declared".into()).await;
     let _ = conn.close(200, "topology declared".into()).await;
     // The consumer stops first (no more intake), then the relay.
-    let consumer = consumer::TriggerConsumer::new(opts.clone(), nudges).start();
+    let consumer = consumer::TriggerConsumer::new(opts.clone(), nudges)
+        .declared()
+        .start();
     let relay = relay::Relay::new(opts).start();
     Ok(super::Running::new(vec![
         consumer.recipient(),
