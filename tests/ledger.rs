@@ -2052,6 +2052,40 @@ async fn the_outbox_is_never_read_whole_to_publish_an_event() {
     );
 }
 
+/// The pool hands out the session returned to it last (bb8's LIFO queue), so a node's
+/// statements run on the fewest sessions: each session compiles the PL/pgSQL transitions on its
+/// first call and keeps its plans and catalog caches, and with the default FIFO queue every
+/// session of the pool took every kind of statement in turn (README, "Benchmark": the ninth
+/// round measured LIFO against FIFO).
+#[tokio::test]
+async fn the_pool_hands_out_the_session_returned_last() {
+    use diesel::sql_types::Integer;
+    async fn backend(c: &mut diesel_async::AsyncPgConnection) -> i32 {
+        diesel::select(diesel::dsl::sql::<Integer>("pg_backend_pid()"))
+            .get_result(c)
+            .await
+            .unwrap()
+    }
+    let db = TestDb::new(1).await.unwrap();
+    let pool = briefrail::db::connect(&briefrail::db::PoolOptions::new(db.url.clone()).size(2))
+        .await
+        .unwrap();
+    let mut first = pool.get().await.unwrap();
+    let mut second = pool.get().await.unwrap();
+    let (a, b) = (backend(&mut first).await, backend(&mut second).await);
+    assert_ne!(a, b, "two sessions");
+    drop(first);
+    drop(second);
+    for _ in 0..3 {
+        let mut c = pool.get().await.unwrap();
+        assert_eq!(
+            backend(&mut c).await,
+            b,
+            "the session returned last, not the one idle longest"
+        );
+    }
+}
+
 /// The relay's lease writes a new version of each row it leases (`next_attempt_at`), and the
 /// outbox's pages keep room for it (migration 000019, `fillfactor = 50`): every leased row is
 /// rewritten on its own page (a HOT update), so a lease inserts nothing into the outbox's four

@@ -5,6 +5,13 @@
 //! node, a commit that hangs) is cut off by Postgres instead of freezing its matter.
 //! Connections are not pinged on checkout (a round trip per statement); a broken one surfaces
 //! as an error on use and is then discarded by the pool.
+//!
+//! A checkout takes the connection returned last (a LIFO queue, not bb8's default FIFO): a
+//! session compiles each PL/pgSQL transition on its first call and keeps its plans and catalog
+//! caches, so a node's statements are best served by the fewest sessions. With FIFO every
+//! session of the pool took every kind of statement in turn, and each compiled them all
+//! (README, "Benchmark", the ninth round; `tests/ledger.rs`
+//! `the_pool_hands_out_the_session_returned_last`).
 
 use std::time::Duration;
 
@@ -86,6 +93,7 @@ pub async fn connect(opts: &PoolOptions) -> Result<Pool> {
     let manager = AsyncDieselConnectionManager::new_with_config(opts.url.expose(), config);
     let pool = bb8::Pool::builder()
         .max_size(opts.size)
+        .queue_strategy(bb8::QueueStrategy::Lifo)
         .test_on_check_out(false)
         // Report a refused connection at once, with its reason, instead of a bare timeout.
         .retry_connection(false)
