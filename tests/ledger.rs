@@ -2087,9 +2087,10 @@ async fn the_pool_hands_out_the_session_returned_last() {
 }
 
 /// The relay's lease writes a new version of each row it leases (`next_attempt_at`), and the
-/// outbox's pages keep room for it (migration 000019, `fillfactor = 50`): every leased row is
-/// rewritten on its own page (a HOT update), so a lease inserts nothing into the outbox's four
-/// indexes. On full pages each leased row moved to another page and got a new entry in each.
+/// outbox's pages keep room for it (migration 000019, `fillfactor = 50`): every leased row (as
+/// the library writes them) is rewritten on its own page (a HOT update), so a lease inserts
+/// nothing into the outbox's indexes. On full pages each leased row moved to another page and
+/// got a new entry in each of the four indexes that hold an unpublished row.
 #[tokio::test]
 async fn the_relays_lease_rewrites_its_rows_in_place() {
     use briefrail::ledger::outbox;

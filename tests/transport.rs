@@ -129,6 +129,27 @@ async fn channel() -> lapin::Channel {
     ch
 }
 
+/// Records a new matter, starts a relay and waits until the matter is served (the relay is
+/// returned: it runs as long as the caller keeps it).
+async fn relay_serves_a_new_matter(r: &Rig, what: &str) -> actix::Addr<Relay> {
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let relay = Relay::new(r.opts.clone()).start();
+    until_served(&r.db, firm, matter, Duration::from_secs(20), what).await;
+    relay
+}
+
+/// Waits up to `limit` for the matter to be [`served`]; fails naming `what` otherwise.
+async fn until_served(db: &TestDb, firm: Uuid, matter: Uuid, limit: Duration, what: &str) {
+    eventually(limit, what, || async {
+        served(db, firm, matter).await.then_some(())
+    })
+    .await
+}
+
 async fn served(db: &TestDb, firm: Uuid, matter: Uuid) -> bool {
     let mut c = db.pool.get().await.unwrap();
     reads::job(&mut c, firm, matter)
@@ -149,6 +170,48 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
         .await
         .unwrap()
         .n
+}
+
+/// A consumer told that the topology was just declared (`TriggerConsumer::declared`, what the
+/// node's start does) skips declaring it in its first session only. When the topology is
+/// missing after all (deleted in between), that session cannot consume; the next declares it,
+/// and the matter is served.
+#[actix_rt::test]
+async fn a_consumer_told_the_topology_is_declared_declares_it_when_it_is_missing() {
+    let r = rig(Duration::from_secs(60)).await;
+    r.scope.topology.delete(&r.opts.url).await;
+    let queue = r.scope.topology.trigger_queue.clone();
+    assert!(
+        !queue_exists(&queue).await,
+        "the test starts without the queue"
+    );
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges())
+        .declared()
+        .start();
+    eventually(
+        Duration::from_secs(20),
+        "a later session of the consumer to declare the missing queue",
+        || async { queue_exists(&queue).await.then_some(()) },
+    )
+    .await;
+    let _relay = relay_serves_a_new_matter(&r, "the matter to be served").await;
+}
+
+/// Whether the broker has queue `name` (a passive declare, on a channel of its own: a missing
+/// queue closes the channel that asked).
+async fn queue_exists(name: &str) -> bool {
+    channel()
+        .await
+        .queue_declare(
+            name.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .is_ok()
 }
 
 #[actix_rt::test]
@@ -192,10 +255,12 @@ async fn a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once(
     )
     .await;
     let _relay = Relay::new(r.opts.clone()).start();
-    eventually(
+    until_served(
+        &r.db,
+        firm,
+        matter,
         Duration::from_secs(20),
         "the matter to be served",
-        || async { served(&r.db, firm, matter).await.then_some(()) },
     )
     .await;
     eventually(
@@ -307,18 +372,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
         .unwrap();
     }
     // A valid event after the poison is still consumed.
-    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    let mut c = r.db.pool.get().await.unwrap();
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
-        .await
-        .unwrap();
-    let _relay = Relay::new(r.opts.clone()).start();
-    eventually(
-        Duration::from_secs(20),
-        "the valid event after the poison",
-        || async { served(&r.db, firm, matter).await.then_some(()) },
-    )
-    .await;
+    let _relay = relay_serves_a_new_matter(&r, "the valid event after the poison").await;
 
     let mut reasons = Vec::new();
     for _ in 0..poison.len() {
@@ -341,6 +395,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
     assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 4);
     // Each is in the ledger too, with its reason, for the console and `briefrail dead-letters`;
     // the ten-MiB body is kept truncated, and a body that named an event id is filed under it.
+    let mut c = r.db.pool.get().await.unwrap();
     let ledger = briefrail::ledger::dead_letters::list(&mut c, false, 10)
         .await
         .unwrap();
@@ -617,10 +672,12 @@ async fn a_demand_that_cannot_be_recorded_yet_is_retried_in_place_and_never_dead
         dead.map(|d| d.delivery.properties.headers().clone())
     );
     holder.batch_execute("ROLLBACK").await.unwrap();
-    eventually(
+    until_served(
+        &r.db,
+        firm,
+        matter,
         Duration::from_secs(30),
         "the held delivery to record its demand once the lock is gone",
-        || async { served(&r.db, firm, matter).await.then_some(()) },
     )
     .await;
     assert_eq!(
@@ -689,10 +746,12 @@ async fn a_message_whose_consumer_keeps_dying_reaches_the_dead_letter_queue_and_
         "dead-lettered by the broker: {headers:?}"
     );
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
-    eventually(
+    until_served(
+        &r.db,
+        firm,
+        matter,
         Duration::from_secs(60),
         "reconciliation to serve the matter",
-        || async { served(&r.db, firm, matter).await.then_some(()) },
     )
     .await;
     assert!(get(&r.opts.metrics.counters.events_republished) >= 1);
@@ -1279,10 +1338,12 @@ async fn a_duplicate_delivery_nudges_its_matter() {
     );
     publish_row(&ch, &ex, &event).await;
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
-    eventually(
+    until_served(
+        &r.db,
+        firm,
+        matter,
         Duration::from_secs(20),
         "the matter served after its duplicate",
-        || async { served(&r.db, firm, matter).await.then_some(()) },
     )
     .await;
     assert_eq!(get(&r.opts.metrics.counters.events_duplicate), 1);

@@ -1,17 +1,22 @@
--- Room on the outbox's pages for the relay's lease (docs/protocol.md, "Speed: batches").
+-- Room on the outbox's pages for the relay's lease (docs/protocol.md, "The outbox and the bus").
 -- Expand only: a storage parameter, taken with a lock that lets reads and writes go on; the
 -- statements and the answers are the same, so a node of the previous release keeps working.
 --
 -- The relay leases a row before it publishes it (`outbox::LEASE_SQL` sets `next_attempt_at`)
 -- and marks it published after the broker's confirm: two new versions of every event. The
 -- first changes no indexed column, so Postgres could write it on the row's own page (a HOT
--- update) and touch none of the outbox's four indexes, but inserts fill a page to the brim,
+-- update) and touch none of the outbox's six indexes, but inserts fill a page to the brim,
 -- so there was no room: 98 % of leased rows (9,822 of 10,000, measured) moved to another
--- page and got a new entry in every index. A page now takes rows up to half its size, so a
--- new version of each of its rows fits beside it. Measured at 10,000 matters on the amqp
--- transport (README, "Benchmark"): +7 % matters per second (median of three, in alternation
--- with the build before). The cost: the outbox takes twice the pages for the same rows
--- (about 250 bytes an event; retention removes consumed events, `retention.events_days`).
+-- page and got a new entry in each index that holds an unpublished row (four of the six). A
+-- page now takes rows up to half its size, so a new version of each of its rows fits beside
+-- it (rows as the library writes them, about 250 bytes; much smaller rows pack more tightly
+-- and the last of a page may still move). Measured at 10,000 matters on the amqp transport
+-- (README, "Benchmark", ninth round): +5 % matters per second, the median of six runs in
+-- alternation with the build before. The cost: the outbox takes twice the pages for the same
+-- rows (retention removes consumed events, `retention.events_days`).
+--
+-- The statement waits only for a VACUUM or ANALYZE of the outbox running at that moment (its
+-- lock, SHARE UPDATE EXCLUSIVE, lets every read and write of the nodes go on).
 --
 -- Pages written before this keep their layout; new rows go to pages with room.
 -- `tests/ledger.rs` `the_relays_lease_rewrites_its_rows_in_place` counts the lease's HOT updates.

@@ -12,6 +12,9 @@
 //! session of the pool took every kind of statement in turn, and each compiled them all
 //! (README, "Benchmark", the ninth round; `tests/ledger.rs`
 //! `the_pool_hands_out_the_session_returned_last`).
+//! The sessions at the bottom of the stack then sit idle until bb8's idle timeout closes them
+//! (10 minutes), and one that the server dropped meanwhile surfaces as an error on its next use,
+//! as any broken connection does.
 
 use std::time::Duration;
 

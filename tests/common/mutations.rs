@@ -9,7 +9,8 @@
 //!
 //! A mutation is SQL run on every database [`briefrail::testing::TestDb::new`] creates while
 //! [`briefrail::testing::MUTATION_ENV`] holds it: usually a transition function redefined from
-//! its live text with one clause changed. [`assert_caught`] re-runs this test binary, one killer
+//! its live text with one clause changed; sometimes a key or trigger dropped, or a storage
+//! parameter reset. [`assert_caught`] re-runs this test binary, one killer
 //! test at a time, with the mutation set, and fails unless every killer fails. So a guarantee
 //! test that stops being able to see its bug fails the suite, and a change to the live SQL that
 //! a mutation no longer matches fails it too (the mutation names what it expected to find).
