@@ -85,6 +85,16 @@ async fn expire_leases(c: &mut diesel_async::AsyncPgConnection) {
     .expect("expire leases");
 }
 
+/// The server process behind a session: which session a pool handed out.
+async fn backend_pid(c: &mut diesel_async::AsyncPgConnection) -> i32 {
+    diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
+        "pg_backend_pid()",
+    ))
+    .get_result(c)
+    .await
+    .expect("its backend")
+}
+
 async fn job(db: &TestDb, firm: Uuid, matter: Uuid) -> briefrail::ledger::JobRow {
     let mut c = db.pool.get().await.expect("conn");
     reads::job(&mut c, firm, matter)
@@ -1668,15 +1678,9 @@ async fn a_refused_commit_hands_its_connection_back_outside_any_transaction() {
 /// pool, the same server process before and after.
 #[tokio::test]
 async fn a_commit_gives_its_connection_back_to_the_pool() {
-    use diesel::dsl::sql;
-    use diesel::sql_types::Integer;
     let db = TestDb::new(1).await.expect("test db");
     let backend = |pool: briefrail::db::Pool| async move {
-        let mut c = pool.get().await.expect("a connection");
-        diesel::select(sql::<Integer>("pg_backend_pid()"))
-            .get_result::<i32>(&mut c)
-            .await
-            .expect("its backend")
+        backend_pid(&mut pool.get().await.expect("a connection")).await
     };
     let before = backend(db.pool.clone()).await;
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
@@ -2059,27 +2063,23 @@ async fn the_outbox_is_never_read_whole_to_publish_an_event() {
 /// round measured LIFO against FIFO).
 #[tokio::test]
 async fn the_pool_hands_out_the_session_returned_last() {
-    use diesel::sql_types::Integer;
-    async fn backend(c: &mut diesel_async::AsyncPgConnection) -> i32 {
-        diesel::select(diesel::dsl::sql::<Integer>("pg_backend_pid()"))
-            .get_result(c)
-            .await
-            .unwrap()
-    }
     let db = TestDb::new(1).await.unwrap();
     let pool = briefrail::db::connect(&briefrail::db::PoolOptions::new(db.url.clone()).size(2))
         .await
         .unwrap();
     let mut first = pool.get().await.unwrap();
     let mut second = pool.get().await.unwrap();
-    let (a, b) = (backend(&mut first).await, backend(&mut second).await);
+    let (a, b) = (
+        backend_pid(&mut first).await,
+        backend_pid(&mut second).await,
+    );
     assert_ne!(a, b, "two sessions");
     drop(first);
     drop(second);
     for _ in 0..3 {
         let mut c = pool.get().await.unwrap();
         assert_eq!(
-            backend(&mut c).await,
+            backend_pid(&mut c).await,
             b,
             "the session returned last, not the one idle longest"
         );
