@@ -2135,3 +2135,80 @@ async fn the_relays_lease_rewrites_its_rows_in_place() {
         n.in_place
     );
 }
+
+/// The statements both transports run for every batch (the drain, the trigger's batch and its
+/// read of the outbox, the relay's lease and mark) and the sweeper's are prepared once per
+/// session and then only executed (`briefrail::db::prepared`). Text diesel does not cache (a
+/// `sql_query`, an `UPDATE`, a raw fragment) was parsed, planned and closed again on every call:
+/// one more round trip each, on the path of every fact to its build. A statement diesel does
+/// not keep is closed after its call: it is not in `pg_prepared_statements` afterwards.
+#[tokio::test]
+async fn the_transports_statements_are_prepared_once_per_session() {
+    use briefrail::ledger::{inbox, outbox, transitions};
+    use diesel::sql_types::Text;
+    #[derive(diesel::QueryableByName)]
+    struct Kept {
+        #[diesel(sql_type = Text)]
+        statement: String,
+    }
+    let db = TestDb::new(1).await.unwrap();
+    let mut c = db.connection().await.unwrap();
+    let firm = Uuid::new_v4();
+    for title in ["Prepared v. Once", "Parsed v. Twice"] {
+        facts::create_matter(&mut c, firm, Uuid::new_v4(), title)
+            .await
+            .unwrap();
+    }
+    let mut leased = Vec::new();
+    for _ in 0..2 {
+        // The second lease finds the rows leased already; the second batch is of duplicates.
+        leased.extend(
+            outbox::lease_unpublished(&mut c, 10, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.event_id),
+        );
+        let envelopes: Vec<_> = outbox::events(&mut c, &leased)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.envelope())
+            .collect();
+        assert_eq!(envelopes.len(), 2, "both facts' events");
+        inbox::apply_batch(&mut c, inbox::BRIEF_RAIL, &envelopes)
+            .await
+            .unwrap();
+        outbox::mark_published(&mut c, &leased).await.unwrap();
+        inbox::drain_outbox(&mut c, inbox::BRIEF_RAIL, 10)
+            .await
+            .unwrap();
+        transitions::sweep(&mut c, 10).await.unwrap();
+        transitions::unserved(&mut c, 5, 10, Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+    // What this session keeps prepared (a statement diesel closed after its call is gone).
+    let kept: Vec<Kept> = diesel::sql_query("SELECT statement FROM pg_prepared_statements")
+        .load(&mut c)
+        .await
+        .unwrap();
+    for (what, text) in [
+        ("the relay's lease", "SET next_attempt_at = ops.now()"),
+        (
+            "the trigger's read of the outbox",
+            "ops.now() - o.created_at",
+        ),
+        ("the trigger's batch", "ops.apply_events("),
+        ("the relay's mark", "SET published_at"),
+        ("the embedded transport's drain", "ops.drain_outbox("),
+        ("the sweep", "ops.sweep("),
+        ("reconcile", "ops.unserved("),
+    ] {
+        let found = kept.iter().filter(|k| k.statement.contains(text)).count();
+        assert_eq!(
+            found, 1,
+            "{what} ({text:?}): one statement kept for the session (diesel closes what it does not keep)"
+        );
+    }
+}

@@ -1,14 +1,15 @@
 //! Connections to the ledger's database: the pool every component shares, the embedded
 //! migrations, the administrative statements that create databases, and the first connection
 //! whose failure names its cause ([`reach`]), the batching of short transactions
-//! ([`batch`]), and a one-statement transaction whose BEGIN rides with the statement
-//! ([`flight`]).
+//! ([`batch`]), a one-statement transaction whose BEGIN rides with the statement
+//! ([`flight`]), and fixed SQL text a session prepares once ([`prepared`]).
 
 pub mod admin;
 pub mod batch;
 pub mod flight;
 pub mod migrate;
 pub mod pool;
+pub mod prepared;
 pub mod reach;
 
 pub use pool::{Conn, Pool, PoolOptions, connect};

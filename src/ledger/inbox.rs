@@ -17,6 +17,7 @@ use uuid::Uuid;
 use super::event_name::EventName;
 use super::models::OutboxRow;
 use super::{outbox, retention};
+use crate::db::prepared::prepared;
 use crate::error::Result;
 use crate::schema::ops;
 
@@ -276,7 +277,8 @@ pub async fn apply_rows(
     }
     let ids: Vec<Uuid> = rows.iter().map(|r| r.event_id).collect();
     let heard: Vec<&str> = HEARD.to_vec();
-    let applied: HashMap<Uuid, AppliedEvent> = diesel::sql_query(
+    // Prepared once per session (`db::prepared`): every batch of the broker's consumer runs it.
+    let applied: HashMap<Uuid, AppliedEvent> = prepared(
         "SELECT event_id, outcome, requested_generation FROM ops.apply_events($1, $2, $3)",
     )
     .bind::<Text, _>(consumer)
@@ -328,7 +330,8 @@ pub async fn drain_outbox(
 ) -> Result<Vec<Drained>> {
     use diesel::sql_types::{Array, Integer, Text};
     let heard: Vec<&str> = HEARD.to_vec();
-    Ok(diesel::sql_query(
+    // Prepared once per session (`db::prepared`): the embedded transport's every batch.
+    Ok(prepared(
         "SELECT event_id, firm_id, matter_id, traceparent, outcome, requested_generation,
                 recorded_ago_s
            FROM ops.drain_outbox($1, $2, $3)",

@@ -26,6 +26,7 @@ use super::sql::{self, bounded};
 use super::states::{ClaimKind, RunStatus};
 use crate::db::Pool;
 use crate::db::batch::Batcher;
+use crate::db::prepared::prepared;
 use crate::error::{Error, Result};
 
 /// What a claim needs to know besides the matter.
@@ -451,11 +452,10 @@ struct SweptRow {
 /// row: this node's `lease.seconds` plays no part), at most `limit`, closing its run as
 /// `lease_expired`. Returns the matters and the tokens that were swept, to nudge.
 pub async fn sweep(conn: &mut AsyncPgConnection, limit: u32) -> Result<Vec<(MatterRef, i64)>> {
-    let rows: Vec<SweptRow> =
-        diesel::sql_query("SELECT firm_id, matter_id, token FROM ops.sweep($1)")
-            .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
-            .load(conn)
-            .await?;
+    let rows: Vec<SweptRow> = prepared("SELECT firm_id, matter_id, token FROM ops.sweep($1)")
+        .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+        .load(conn)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|r| {
@@ -479,7 +479,7 @@ pub async fn unserved(
     quiet: Duration,
 ) -> Result<Vec<MatterRef>> {
     Ok(
-        diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2, $3)")
+        prepared("SELECT firm_id, matter_id FROM ops.unserved($1, $2, $3)")
             .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
             .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
             .bind::<Double, _>(quiet.as_secs_f64())

@@ -182,9 +182,26 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// Idle latency, fact commit to build start: percentiles over `n` facts after [`WARM_UP`]
+/// facts, and the slowest of those first facts apart.
+struct Latency {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    /// The slowest of the first [`WARM_UP`] facts after the node started: each new pooled
+    /// session compiles the transitions on its first call of each (README, "Benchmark").
+    cold_max: f64,
+}
+
+/// Facts served before the measured ones: a node that just started serves its first facts on
+/// sessions that compile each transition on their first call (a few milliseconds each), which
+/// a node at idle has long done. They are reported apart (`cold_max`), never left out unsaid.
+const WARM_UP: usize = 20;
+
 /// Fact commit → build start (both read from the database clock: the fact's transaction just
-/// before its COMMIT, the run's start), `n` events on distinct matters, one at a time.
-async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f64, f64, f64)> {
+/// before its COMMIT, the run's start), `n` events on distinct matters, one at a time, after
+/// [`WARM_UP`] more.
+async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Latency> {
     let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
     let mut s = settings(url);
     s.transport.prefix = prefix.clone();
@@ -202,7 +219,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
     let firm = Uuid::new_v4();
     let mut c = pool.get().await?;
     let mut lat = Vec::new();
-    for _ in 0..n {
+    for _ in 0..WARM_UP + n {
         let matter = Uuid::new_v4();
         // The fact's transaction reads the clock just before its COMMIT: the latency counts
         // the commit itself (an outbox row's created_at is its transaction's start instead).
@@ -251,12 +268,18 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<(f6
     if kind == TransportKind::Amqp {
         Topology::new(&prefix).delete(&s.transport.amqp_url).await;
     }
+    let cold_max = lat[..WARM_UP.min(lat.len())]
+        .iter()
+        .copied()
+        .fold(f64::NAN, f64::max);
+    let mut lat = lat.split_off(WARM_UP.min(lat.len()));
     lat.sort_by(|a, b| a.total_cmp(b));
-    Ok((
-        pct(&lat, 0.5),
-        pct(&lat, 0.99),
-        *lat.last().unwrap_or(&f64::NAN),
-    ))
+    Ok(Latency {
+        p50: pct(&lat, 0.5),
+        p99: pct(&lat, 0.99),
+        max: *lat.last().unwrap_or(&f64::NAN),
+        cold_max,
+    })
 }
 
 /// Relay (lease rows, publish with confirms, mark) against a raw lapin publisher with the same
@@ -607,8 +630,11 @@ async fn main() -> R<()> {
             db::migrate::run_pending(&server).await?;
             let pool = db::connect(&db::PoolOptions::new(server.clone()).size(10)).await?;
             for kind in [TransportKind::Amqp, TransportKind::Postgres] {
-                let (p50, p99, max) = latency(&server, &pool, kind, 200).await?;
-                println!("nudge latency {kind:?}: p50 {p50:.1} p99 {p99:.1} max {max:.1} ms");
+                let l = latency(&server, &pool, kind, 200).await?;
+                println!(
+                    "nudge latency {kind:?}: p50 {:.1} p99 {:.1} max {:.1} ms (first {WARM_UP} facts after start: max {:.1} ms)",
+                    l.p50, l.p99, l.max, l.cold_max
+                );
             }
             drop(pool);
             admin::drop_database(&server, &name).await?;
@@ -707,17 +733,22 @@ async fn main() -> R<()> {
         ("postgres", TransportKind::Postgres),
     ] {
         match latency(&url, &pool, kind, 200).await {
-            Ok((p50, p99, max)) => {
+            Ok(l) => {
                 println!(
                     "{:<58} {:>10} {:>10} {:>7}",
                     format!("nudge latency {label}: fact commit → build start, ms"),
-                    format!("p50 {p50:.1}"),
-                    format!("p99 {p99:.1}"),
-                    format!("max {max:.0}")
+                    format!("p50 {:.1}", l.p50),
+                    format!("p99 {:.1}", l.p99),
+                    format!("max {:.0}", l.max)
+                );
+                println!(
+                    "    the first {WARM_UP} facts after the node started (not in the percentiles): max {:.1} ms",
+                    l.cold_max
                 );
                 results.insert(
                     format!("nudge_latency_ms_{label}"),
-                    json!({"p50": p50, "p99": p99, "max": max, "events": 200, "debounce_ms": 0}),
+                    json!({"p50": l.p50, "p99": l.p99, "max": l.max, "events": 200, "debounce_ms": 0,
+                           "warm_up_events": WARM_UP, "warm_up_max": l.cold_max}),
                 );
             }
             Err(e) => println!("nudge latency {label}: skipped ({e})"),
