@@ -2,16 +2,25 @@
 //!
 //! diesel prepares the text of a `sql_query` (and of any statement with a raw SQL fragment, or an
 //! `UPDATE`) again on every call: it cannot know the text is the same each time, so it parses,
-//! plans and names a statement, executes it and closes it. That is one more round
-//! trip per call and a parse and plan on the server, paid on the hottest statements of both
-//! transports (the drain, the trigger's batch, the relay's lease and mark): at idle a sixth of a
-//! fact's way to its build (docs/protocol.md, "Speed: statements").
+//! plans and names a statement, executes it and closes it. That is one more round trip per call
+//! and a parse on the server, paid on the hottest statements of both transports (the drain, the
+//! trigger's batch) on the way of every fact to its build (docs/protocol.md, "Speed:
+//! statements").
 //!
 //! A [`Prepared`] holds a `&'static str`: its text is fixed at compile time, so the statement
 //! cache may key it by that text and keep it for the session's life. Parameters are bound as
 //! with `sql_query`, and rows load into the same `QueryableByName` structs. Only constant text
 //! can be built: a statement assembled at run time (a `format!`) has no `&'static` text, and
 //! each of its variants would stay in the cache for the session's life.
+//!
+//! **Only for a call of a transition function** (`SELECT … FROM ops.f($1, …)` of a `plpgsql`
+//! function, or of a `sql` one Postgres cannot inline): a kept statement may run on a generic
+//! plan from its sixth call, made with the statistics of that moment and kept for the session.
+//! A function call's plan is the call whatever the statistics say, and the function keeps its
+//! own plans (`…000012`). A statement that reads a table itself stays a `sql_query`, planned
+//! for each call with its values: the relay's mark (`event_id = ANY ($1)`), kept, ran 12 ms a
+//! call instead of a fraction of one on a generic plan made while the outbox was small, a
+//! sequential scan of every event.
 
 use diesel::QueryResult;
 use diesel::pg::Pg;

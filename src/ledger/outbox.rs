@@ -6,13 +6,11 @@
 //! the record.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::clock::ledger_now;
 use super::event_name::EventName;
-use crate::db::prepared::prepared;
 use crate::error::Result;
 use crate::schema::ops;
 use crate::trace::Traceparent;
@@ -105,17 +103,15 @@ pub async fn lock_unpublished(
 }
 
 /// Marks events published (the broker confirmed them, or the embedded transport applied them).
-/// Prepared once per session (`db::prepared`): the relay marks every batch.
 pub async fn mark_published(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) -> Result<usize> {
-    Ok(prepared(MARK_SQL)
-        .bind::<Array<SqlUuid>, _>(event_ids)
-        .execute(conn)
-        .await?)
+    use ops::domain_event_outbox::dsl as o;
+    Ok(
+        diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
+            .set(o::published_at.eq(ledger_now().nullable()))
+            .execute(conn)
+            .await?,
+    )
 }
-
-/// The relay's mark ([`mark_published`]; `$1` the confirmed events).
-const MARK_SQL: &str =
-    "UPDATE ops.domain_event_outbox SET published_at = ops.now() WHERE event_id = ANY ($1)";
 
 /// Records a failed publish: the error is kept on the row, and the row waits out an
 /// exponential backoff (ledger clock, `ops.now()`) before the relay tries it again.
@@ -166,7 +162,7 @@ pub async fn lease_unpublished(
     limit: i64,
     lease: std::time::Duration,
 ) -> Result<Vec<super::models::OutboxRow>> {
-    let mut rows: Vec<LeasedRow> = prepared(LEASE_SQL)
+    let mut rows: Vec<LeasedRow> = diesel::sql_query(LEASE_SQL)
         .bind::<diesel::sql_types::BigInt, _>(limit)
         .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
         .load(conn)
@@ -343,39 +339,26 @@ pub async fn events(
 }
 
 /// [`events`], each with how long ago the ledger recorded it: `ops.now()` less its
-/// `created_at`, both the ledger clock, in the same statement (never a process clock). Each
-/// row is locked `FOR KEY SHARE` (the trigger's batch reads its events with it). Prepared once
-/// per session (`db::prepared`): the trigger reads every batch's events with it.
+/// `created_at`, both the ledger clock, in the same statement (never a process clock).
 pub async fn events_aged(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
 ) -> Result<Vec<(super::models::OutboxRow, std::time::Duration)>> {
-    let rows: Vec<AgedRow> = prepared(AGED_SQL)
-        .bind::<Array<SqlUuid>, _>(event_ids)
+    use diesel::dsl::sql;
+    use ops::domain_event_outbox::dsl as o;
+    let rows: Vec<(super::models::OutboxRow, f64)> = o::domain_event_outbox
+        .filter(o::event_id.eq_any(event_ids))
+        .select((
+            super::models::OutboxRow::as_select(),
+            sql::<diesel::sql_types::Double>("extract(epoch FROM ops.now() - created_at)::float8"),
+        ))
+        .for_key_share()
         .load(conn)
         .await?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.event.into_row(), seconds_ago(r.ago_s)))
+        .map(|(row, ago)| (row, seconds_ago(ago)))
         .collect())
-}
-
-/// [`events_aged`]'s statement (`$1` the events).
-const AGED_SQL: &str = "SELECT o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload,
-                o.traceparent, o.created_at, o.published_at, o.publish_attempts, o.last_error,
-                o.next_attempt_at, o.xact_id, o.republish_count,
-                extract(epoch FROM ops.now() - o.created_at)::float8 AS ago_s
-           FROM ops.domain_event_outbox o
-          WHERE o.event_id = ANY ($1)
-            FOR KEY SHARE OF o";
-
-/// A row of [`AGED_SQL`].
-#[derive(diesel::QueryableByName)]
-struct AgedRow {
-    #[diesel(embed)]
-    event: LeasedRow,
-    #[diesel(sql_type = diesel::sql_types::Double)]
-    ago_s: f64,
 }
 
 /// A span of the ledger's clock in seconds as a duration: one recorded "in the future" (a

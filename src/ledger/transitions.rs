@@ -479,7 +479,7 @@ pub async fn unserved(
     quiet: Duration,
 ) -> Result<Vec<MatterRef>> {
     Ok(
-        prepared("SELECT firm_id, matter_id FROM ops.unserved($1, $2, $3)")
+        diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2, $3)")
             .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
             .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
             .bind::<Double, _>(quiet.as_secs_f64())
