@@ -4,7 +4,7 @@
 //! `UPDATE`) again on every call: it cannot know the text is the same each time, so it parses,
 //! plans and names a statement, executes it and closes it. That is one more round trip per call
 //! and a parse on the server, paid on the hottest statements of both transports (the drain, the
-//! trigger's batch) on the way of every fact to its build (docs/protocol.md, "Speed:
+//! trigger's batch, the relay's lease and mark) on the way of every fact to its build (docs/protocol.md, "Speed:
 //! statements").
 //!
 //! A [`Prepared`] holds a `&'static str`: its text is fixed at compile time, so the statement
@@ -18,9 +18,10 @@
 //! plan from its sixth call, made with the statistics of that moment and kept for the session.
 //! A function call's plan is the call whatever the statistics say, and the function keeps its
 //! own plans (`…000012`). A statement that reads a table itself stays a `sql_query`, planned
-//! for each call with its values: the relay's mark (`event_id = ANY ($1)`), kept, ran 12 ms a
-//! call instead of a fraction of one on a generic plan made while the outbox was small, a
-//! sequential scan of every event.
+//! for each call with its values, or becomes a function of the ledger: the relay's mark
+//! (`event_id = ANY ($1)`), kept as SQL for a trial, ran 12 ms a call on a generic plan made
+//! while the outbox was small, a sequential scan of every event (it is `ops.mark_published`
+//! now, `…000020`).
 
 use diesel::QueryResult;
 use diesel::pg::Pg;

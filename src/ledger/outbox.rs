@@ -6,11 +6,13 @@
 //! the record.
 
 use diesel::prelude::*;
+use diesel::sql_types::{Array, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::clock::ledger_now;
 use super::event_name::EventName;
+use crate::db::prepared::prepared;
 use crate::error::Result;
 use crate::schema::ops;
 use crate::trace::Traceparent;
@@ -102,15 +104,19 @@ pub async fn lock_unpublished(
         .await?)
 }
 
-/// Marks events published (the broker confirmed them, or the embedded transport applied them).
+/// Marks events published (the broker confirmed them, or the embedded transport applied them):
+/// `ops.mark_published`, each row by its key. Returns how many it marked.
 pub async fn mark_published(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) -> Result<usize> {
-    use ops::domain_event_outbox::dsl as o;
-    Ok(
-        diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
-            .set(o::published_at.eq(ledger_now().nullable()))
-            .execute(conn)
-            .await?,
-    )
+    #[derive(diesel::QueryableByName)]
+    struct Marked {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        marked: i32,
+    }
+    let m: Marked = prepared("SELECT ops.mark_published($1) AS marked")
+        .bind::<Array<SqlUuid>, _>(event_ids)
+        .get_result(conn)
+        .await?;
+    Ok(usize::try_from(m.marked).unwrap_or_default())
 }
 
 /// Records a failed publish: the error is kept on the row, and the row waits out an
@@ -136,23 +142,16 @@ pub async fn mark_failed(
     )
 }
 
-/// The relay's lease ([`lease_unpublished`]; `$1` the limit, `$2` the lease in seconds). The
-/// leased rows are named by key (`= ANY (ARRAY(...))`): as `IN (subquery)` the planner joined
-/// them to a sequential scan of the whole outbox below some tens of thousands of rows, so every
-/// lease read every retained event (`tests/ledger.rs`
-/// `the_outbox_is_never_read_whole_to_publish_an_event`).
-pub const LEASE_SQL: &str = "UPDATE ops.domain_event_outbox o
-            SET next_attempt_at = ops.now() + make_interval(secs => $2)
-          WHERE o.event_id = ANY (ARRAY(
-                SELECT event_id FROM ops.domain_event_outbox
-                 WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= ops.now())
-                 ORDER BY seq LIMIT $1
-                   FOR UPDATE SKIP LOCKED))
-          RETURNING o.event_id, o.seq, o.firm_id, o.matter_id, o.event_name, o.payload, o.traceparent,
-                    o.created_at, o.published_at, o.publish_attempts, o.last_error, o.next_attempt_at, o.xact_id,
-                    o.republish_count";
+/// The columns of an outbox row, by name, as the functions that return rows hand them back (a
+/// statement that names its columns keeps its result's shape if the table grows one).
+macro_rules! outbox_columns {
+    () => {
+        "event_id, seq, firm_id, matter_id, event_name, payload, traceparent, created_at, \
+         published_at, publish_attempts, last_error, next_attempt_at, xact_id, republish_count"
+    };
+}
 
-/// Takes up to `limit` publishable events for this relay: one statement locks them
+/// Takes up to `limit` publishable events for this relay: `ops.lease_events` locks them
 /// (`SKIP LOCKED`, so concurrent relays on other nodes take other rows) and sets a short
 /// publishing lease in `next_attempt_at`, so no transaction is held while the broker confirms.
 /// If this relay dies before marking them, the lease runs out and another relay publishes them
@@ -162,11 +161,15 @@ pub async fn lease_unpublished(
     limit: i64,
     lease: std::time::Duration,
 ) -> Result<Vec<super::models::OutboxRow>> {
-    let mut rows: Vec<LeasedRow> = diesel::sql_query(LEASE_SQL)
-        .bind::<diesel::sql_types::BigInt, _>(limit)
-        .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
-        .load(conn)
-        .await?;
+    let mut rows: Vec<LeasedRow> = prepared(concat!(
+        "SELECT ",
+        outbox_columns!(),
+        " FROM ops.lease_events($1, $2)"
+    ))
+    .bind::<diesel::sql_types::BigInt, _>(limit)
+    .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+    .load(conn)
+    .await?;
     rows.sort_by_key(|r| r.seq);
     Ok(rows.into_iter().map(LeasedRow::into_row).collect())
 }
@@ -186,7 +189,7 @@ pub async fn release_lease(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) -> 
     .await?)
 }
 
-/// A row as `RETURNING` hands it back (by name, not by the table's column order).
+/// An outbox row as a statement hands it back by name (not by the table's column order).
 #[derive(diesel::QueryableByName)]
 #[diesel(table_name = ops::domain_event_outbox, check_for_backend(diesel::pg::Pg))]
 struct LeasedRow {
@@ -338,27 +341,34 @@ pub async fn events(
         .collect())
 }
 
-/// [`events`], each with how long ago the ledger recorded it: `ops.now()` less its
-/// `created_at`, both the ledger clock, in the same statement (never a process clock).
+/// [`events`], each with how long ago the ledger recorded it: `ops.events_aged`, `ops.now()`
+/// less its `created_at`, both the ledger clock, in the same statement (never a process clock).
+/// Each row is locked `FOR KEY SHARE` until the caller's transaction ends.
 pub async fn events_aged(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
 ) -> Result<Vec<(super::models::OutboxRow, std::time::Duration)>> {
-    use diesel::dsl::sql;
-    use ops::domain_event_outbox::dsl as o;
-    let rows: Vec<(super::models::OutboxRow, f64)> = o::domain_event_outbox
-        .filter(o::event_id.eq_any(event_ids))
-        .select((
-            super::models::OutboxRow::as_select(),
-            sql::<diesel::sql_types::Double>("extract(epoch FROM ops.now() - created_at)::float8"),
-        ))
-        .for_key_share()
-        .load(conn)
-        .await?;
+    let rows: Vec<AgedRow> = prepared(concat!(
+        "SELECT ",
+        outbox_columns!(),
+        ", ago_s FROM ops.events_aged($1)"
+    ))
+    .bind::<Array<SqlUuid>, _>(event_ids)
+    .load(conn)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(|(row, ago)| (row, seconds_ago(ago)))
+        .map(|r| (r.event.into_row(), seconds_ago(r.ago_s)))
         .collect())
+}
+
+/// A row of `ops.events_aged`.
+#[derive(diesel::QueryableByName)]
+struct AgedRow {
+    #[diesel(embed)]
+    event: LeasedRow,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    ago_s: f64,
 }
 
 /// A span of the ledger's clock in seconds as a duration: one recorded "in the future" (a
