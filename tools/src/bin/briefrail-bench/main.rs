@@ -268,16 +268,14 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
     if kind == TransportKind::Amqp {
         Topology::new(&prefix).delete(&s.transport.amqp_url).await;
     }
-    let cold_max = lat[..WARM_UP.min(lat.len())]
-        .iter()
-        .copied()
-        .fold(f64::NAN, f64::max);
-    let mut lat = lat.split_off(WARM_UP.min(lat.len()));
-    lat.sort_by(|a, b| a.total_cmp(b));
+    // `lat` keeps the warm-up facts; the measured ones follow them.
+    let mut measured = lat.split_off(WARM_UP.min(lat.len()));
+    let cold_max = lat.iter().copied().fold(f64::NAN, f64::max);
+    measured.sort_by(|a, b| a.total_cmp(b));
     Ok(Latency {
-        p50: pct(&lat, 0.5),
-        p99: pct(&lat, 0.99),
-        max: *lat.last().unwrap_or(&f64::NAN),
+        p50: pct(&measured, 0.5),
+        p99: pct(&measured, 0.99),
+        max: *measured.last().unwrap_or(&f64::NAN),
         cold_max,
     })
 }
