@@ -711,6 +711,166 @@ async fn a_lone_claim_through_the_queue_is_answered_at_once() {
     .await;
 }
 
+/// The matters of one firm, each in a state a claim must judge: unserved, held by a live build,
+/// held past its lease, served, served and asked again, archived with a demand, retries spent,
+/// failed once. The same states, in the same order, for every firm this is called for.
+async fn every_claim_state(
+    pool: &briefrail::db::Pool,
+    c: &mut diesel_async::AsyncPgConnection,
+    firm: Uuid,
+) -> Vec<Uuid> {
+    let ids: Vec<Uuid> = (0..8).map(|_| Uuid::new_v4()).collect();
+    for m in &ids {
+        facts::create_matter(c, firm, *m, "Form v. Form")
+            .await
+            .unwrap();
+    }
+    let policy = t::RetryPolicy {
+        max_attempts: 5,
+        backoff_base: Duration::from_secs(1),
+        backoff_max: Duration::from_secs(60),
+    };
+    let claim = async |c: &mut diesel_async::AsyncPgConnection, m: Uuid, lease: u64| {
+        let r = ClaimRequest {
+            lease: Duration::from_secs(lease),
+            ..req(firm, m)
+        };
+        t::claim(c, &r).await.unwrap().expect("claimed")
+    };
+    t::demand(c, firm, ids[0]).await.unwrap();
+    claim(c, ids[1], 600).await;
+    claim(c, ids[2], 1).await;
+    for m in &ids[3..5] {
+        let served = claim(c, *m, 600).await;
+        t::commit(pool, &served, NODE, &Frame::new(json!({})))
+            .await
+            .unwrap();
+    }
+    t::demand(c, firm, ids[4]).await.unwrap();
+    t::demand(c, firm, ids[5]).await.unwrap();
+    facts::archive_matter(c, firm, ids[5]).await.unwrap();
+    let exhausted = claim(c, ids[6], 600).await;
+    t::fail(c, &exhausted, "refused", true, &policy)
+        .await
+        .unwrap();
+    let once = claim(c, ids[7], 600).await;
+    t::fail(c, &once, "timed out", false, &policy)
+        .await
+        .unwrap();
+    ids
+}
+
+/// What a claim left of a matter, without the ids and times that differ between ledgers: the
+/// answer's token, the job row's counters and status (and whether it names the answer's run),
+/// and the outcome of each of its runs, by token.
+async fn claim_effect(
+    c: &mut diesel_async::AsyncPgConnection,
+    firm: Uuid,
+    matter: Uuid,
+    answer: Option<Claim>,
+) -> String {
+    let j = reads::job(c, firm, matter)
+        .await
+        .unwrap()
+        .expect("a job row");
+    let runs: Vec<(i64, RunOutcome)> = reads::runs(c, firm, matter, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.token, r.outcome))
+        .collect();
+    format!(
+        "answer {:?}; {:?} rebuild {} requested {} claimed {} landed {} failures {} lease {:?} names the answer's run {}; runs {runs:?}",
+        answer.map(|a| a.token),
+        j.run_status,
+        j.rebuild_needed,
+        j.requested_generation,
+        j.claimed_generation,
+        j.landed_generation,
+        j.consecutive_failures,
+        j.lease_seconds,
+        answer.is_some_and(|a| j.claimed_run_id == Some(a.run_id)),
+    )
+}
+
+/// The claim batch has two forms of one compare-and-swap (migration 000021): rows it finds
+/// all existing are locked and updated by position, a batch with a row missing runs the upsert.
+/// For each kind of claim and each state a claim judges, three copies of the same matters are
+/// claimed alone, in a batch whose rows all exist, and in the same batch with one never-demanded
+/// matter added (the upsert): every member's answer, job row and runs are what its claim alone
+/// made of it. A planted bug in either form alone fails this test.
+#[tokio::test]
+async fn both_forms_of_a_claim_batch_write_what_each_claim_alone_would() {
+    let db = TestDb::new(2).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    for kind in [ClaimKind::NewDemand, ClaimKind::ServeRecorded] {
+        let (alone, rows, upsert) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let mut ids = Vec::new();
+        for firm in [alone, rows, upsert] {
+            ids.push(every_claim_state(&db.pool, &mut c, firm).await);
+        }
+        // Every claim held for a second is past its lease now (the live ones hold 600 s).
+        briefrail::testing::advance_ledger_clock(&mut c, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let members = |firm: Uuid, ids: &[Uuid]| -> Vec<ClaimRequest> {
+            ids.iter()
+                .map(|m| ClaimRequest {
+                    kind,
+                    ..req(firm, *m)
+                })
+                .collect()
+        };
+        let mut effects = Vec::new();
+        let mut answers_alone = Vec::new();
+        for r in members(alone, &ids[0]) {
+            answers_alone.push(t::claim(&mut c, &r).await.unwrap());
+        }
+        let answers_rows = t::claim_batch(&mut c, &members(rows, &ids[1]))
+            .await
+            .unwrap();
+        let fresh = Uuid::new_v4();
+        facts::create_matter(&mut c, upsert, fresh, "Never v. Asked")
+            .await
+            .unwrap();
+        let mut with_fresh = members(upsert, &ids[2]);
+        with_fresh.push(req(upsert, fresh));
+        let answers_upsert = t::claim_batch(&mut c, &with_fresh).await.unwrap();
+        assert_eq!(
+            answers_upsert.last().copied().flatten().map(|a| a.token),
+            Some(1),
+            "the never-demanded matter is claimed by the upsert"
+        );
+        for (firm, ids, answers) in [
+            (alone, &ids[0], &answers_alone),
+            (rows, &ids[1], &answers_rows),
+            (upsert, &ids[2], &answers_upsert),
+        ] {
+            let mut of_firm = Vec::new();
+            for (m, a) in ids.iter().zip(answers.iter()) {
+                of_firm.push(claim_effect(&mut c, firm, *m, *a).await);
+            }
+            effects.push(of_firm);
+        }
+        for (state, ((alone, rows), upsert)) in effects[0]
+            .iter()
+            .zip(&effects[1])
+            .zip(&effects[2])
+            .enumerate()
+        {
+            assert_eq!(
+                (rows, upsert),
+                (alone, alone),
+                "{kind:?}, state {state}: the batch forms (rows found, upsert) against alone"
+            );
+        }
+        assert!(
+            answers_alone.iter().any(|a| a.is_some()) && answers_alone.iter().any(|a| a.is_none()),
+            "{kind:?}: some states are claimed and some are not: {answers_alone:?}"
+        );
+    }
+}
+
 /// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {

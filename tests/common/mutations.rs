@@ -2,8 +2,8 @@
 //! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
 //! retention's `ops.prune_*`, `…000009` for `ops.commit_frame`, `…000013` for the lost claim,
 //! heartbeat, follow-up lease, failure and release, `…000014` for `ops.now` and `ops.clock`,
-//! `…000017` for the claim and the commit's compare-and-swap, `…000018` for the demand and the
-//! trigger, each written once for a batch), and
+//! `…000017` for the commit's compare-and-swap, `…000018` for the demand and the trigger,
+//! `…000021` for the claim, each written once for a batch), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -31,7 +31,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 12] = [
+const LIVE_HOMES: [&str; 13] = [
+    "migrations/2026-12-04-000021_claims_by_their_rows/up.sql",
     "migrations/2026-12-03-000020_outbox_statements_by_key/up.sql",
     "migrations/2026-12-03-000018_triggers_in_one_statement/up.sql",
     "migrations/2026-12-03-000017_batches_in_one_statement/up.sql",
@@ -99,10 +100,10 @@ pub fn all() -> Vec<Mutation> {
             sql: || {
                 patched(
                     "claim_batch",
-                    &[(
-                        "         ORDER BY a.firm, a.matter\n",
-                        "         ORDER BY a.n\n",
-                    )],
+                    &[
+                        ("\n                 ORDER BY u.firm, u.matter) u", ") u"),
+                        ("             ORDER BY a.firm, a.matter\n", ""),
+                    ],
                 )
             },
             killers: &[
@@ -123,14 +124,42 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
+            name: "claim_by_rows_serves_what_was_served",
+            breaks: "batches: a claim batch whose rows all exist claims what its claims alone would",
+            sql: || {
+                patched(
+                    "claim_batch",
+                    &[(
+                        "               AND (NOT a.only_unserved OR (j.landed_generation < j.requested_generation\n                                            AND j.consecutive_failures < a.max_attempts))\n",
+                        "",
+                    )],
+                )
+            },
+            killers: &["batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would"],
+        },
+        Mutation {
+            name: "claim_upsert_serves_what_was_served",
+            breaks: "batches: a claim batch with a row missing claims what its claims alone would",
+            sql: || {
+                patched(
+                    "claim_batch",
+                    &[(
+                        "              AND (SELECT NOT a.only_unserved OR (j.landed_generation < j.requested_generation\n                                                  AND j.consecutive_failures < a.max_attempts)\n                     FROM member a WHERE a.run_id = excluded.claimed_run_id)\n",
+                        "",
+                    )],
+                )
+            },
+            killers: &["batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would"],
+        },
+        Mutation {
             name: "claim_batch_answers_in_lock_order",
             breaks: "batches: each member of a claim batch gets its own answer",
             sql: || {
                 patched(
                     "claim_batch",
                     &[(
-                        "array_agg(c.claimed_generation ORDER BY m.n)",
-                        "array_agg(c.claimed_generation ORDER BY m.firm, m.matter)",
+                        "array_agg(c.token ORDER BY m.n)",
+                        "array_agg(c.token ORDER BY m.firm, m.matter)",
                     )],
                 )
             },
@@ -220,8 +249,8 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "claim_batch",
                     &[(
-                        "WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))\n           AND r.outcome IS NOT DISTINCT FROM 'running'",
-                        "FROM claimed c\n         WHERE r.firm_id = c.firm_id AND r.matter_id = c.matter_id AND r.outcome = 'running'",
+                        "WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))\n               AND r.outcome IS NOT DISTINCT FROM 'running'",
+                        "FROM claimed c\n             WHERE r.firm_id = c.firm AND r.matter_id = c.matter AND r.outcome = 'running'",
                     )],
                 )
             },
@@ -369,10 +398,16 @@ pub fn all() -> Vec<Mutation> {
             sql: || {
                 patched(
                     "claim_batch",
-                    &[(
-                        "lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),",
-                        "lease_expires_at     = ops.now() + make_interval(secs => excluded.lease_seconds),",
-                    )],
+                    &[
+                        (
+                            "lease_expires_at     = ops.clock() + make_interval(secs => a.lease_secs),",
+                            "lease_expires_at     = ops.now() + make_interval(secs => a.lease_secs),",
+                        ),
+                        (
+                            "lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),",
+                            "lease_expires_at     = ops.now() + make_interval(secs => excluded.lease_seconds),",
+                        ),
+                    ],
                 )
             },
             killers: &["ledger::a_claim_late_in_a_long_transaction_is_not_born_expired"],
@@ -435,9 +470,16 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "claim_batch",
                     &[
-                        ("         WHERE NOT ops.is_archived(a.firm, a.matter)\n", ""),
                         (
-                            "          AND NOT ops.is_archived(j.firm_id, j.matter_id)\n",
+                            "NOT ops.is_archived(x.firm, x.matter) AS live",
+                            "true AS live",
+                        ),
+                        (
+                            "             WHERE NOT ops.is_archived(a.firm, a.matter)\n",
+                            "",
+                        ),
+                        (
+                            "              AND NOT ops.is_archived(j.firm_id, j.matter_id)\n",
                             "",
                         ),
                     ],

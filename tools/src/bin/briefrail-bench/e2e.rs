@@ -88,6 +88,14 @@ async fn fresh(server: &str, name: &str) -> R<(String, Pool)> {
     admin::create_database_if_missing(&url).await?;
     db::migrate::run_pending(&url).await?;
     let pool = db::connect(&db::PoolOptions::new(url.clone()).size(10)).await?;
+    // A trial of a ledger change against the build before it, in one binary: SQL run on each
+    // fresh database after its migrations (e.g. a migration's down.sql), named in the output.
+    if let Ok(path) = std::env::var("BRIEFRAIL_BENCH_SQL") {
+        let sql = std::fs::read_to_string(&path)
+            .map_err(|e| format!("BRIEFRAIL_BENCH_SQL {path}: {e}"))?;
+        println!("    (after the migrations: {path})");
+        exec(&pool, &sql).await?;
+    }
     Ok((url, pool))
 }
 

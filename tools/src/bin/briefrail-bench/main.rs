@@ -191,6 +191,8 @@ struct Latency {
     /// The slowest of the first [`WARM_UP`] facts after the node started: each new pooled
     /// session compiles the transitions on its first call of each (README, "Benchmark").
     cold_max: f64,
+    /// The slowest measured facts, stage by stage.
+    slowest: Vec<Stages>,
 }
 
 /// Facts served before the measured ones: a node that just started serves its first facts on
@@ -219,6 +221,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
     let firm = Uuid::new_v4();
     let mut c = pool.get().await?;
     let mut lat = Vec::new();
+    let mut facts = Vec::new();
     for _ in 0..WARM_UP + n {
         let matter = Uuid::new_v4();
         // The fact's transaction reads the clock just before its COMMIT: the latency counts
@@ -239,6 +242,11 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
                 Ok::<_, briefrail::Error>(t.t)
             })
             .await?;
+        // When the COMMIT came back, on the same host's clock: a slow flush shows here.
+        let committed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+            - committing;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             #[derive(diesel::QueryableByName)]
@@ -255,6 +263,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
             .unwrap_or(L { ms: None });
             if let Some(ms) = l.ms {
                 lat.push(ms);
+                facts.push((matter, committing, committed));
                 break;
             }
             if Instant::now() > deadline {
@@ -268,6 +277,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
     if kind == TransportKind::Amqp {
         Topology::new(&prefix).delete(&s.transport.amqp_url).await;
     }
+    let slowest = stages(pool, &facts[WARM_UP.min(facts.len())..]).await?;
     // `lat` keeps the warm-up facts; the measured ones follow them.
     let mut measured = lat.split_off(WARM_UP.min(lat.len()));
     let cold_max = lat.iter().copied().fold(f64::NAN, f64::max);
@@ -277,7 +287,85 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
         p99: pct(&measured, 0.99),
         max: *measured.last().unwrap_or(&f64::NAN),
         cold_max,
+        slowest,
     })
+}
+
+/// Where a fact's time went, from what the ledger recorded (ms after the fact's commit): its
+/// event marked published (the relay's mark, after the broker's confirm; the embedded drain's
+/// own transaction), its inbox row (the trigger's transaction), its demand's row last written,
+/// its run (the claim). On the broker the mark may follow the trigger: the confirm and the
+/// delivery race.
+#[derive(Debug, Clone, Copy)]
+struct Stages {
+    total: f64,
+    /// The fact's own COMMIT, as its client saw it return.
+    commit: f64,
+    published: f64,
+    consumed: f64,
+    claimed: f64,
+}
+
+/// The stages of the five slowest of `facts` (matter, commit time in ms since the epoch, how
+/// long its COMMIT took to come back).
+async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
+    #[derive(diesel::QueryableByName)]
+    struct S {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        total: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        commit: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        published: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        consumed: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        claimed: f64,
+    }
+    if facts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: Vec<String> = facts
+        .iter()
+        .map(|(m, t, c)| format!("('{m}'::uuid, {t}::float8, {c}::float8)"))
+        .collect();
+    let ms = |col: &str| format!("(extract(epoch FROM {col}) * 1000)::float8 - f.t");
+    let rows: Vec<S> = diesel::sql_query(format!(
+        "SELECT {total} AS total, f.c AS commit, coalesce({published}, 'NaN') AS published,
+                coalesce({consumed}, 'NaN') AS consumed, {total} AS claimed
+           FROM (VALUES {v}) AS f(matter, t, c)
+           JOIN ops.matter_frame_runs r ON r.matter_id = f.matter
+           JOIN ops.domain_event_outbox o ON o.matter_id = f.matter
+           LEFT JOIN LATERAL (SELECT min(c.consumed_at) AS at FROM ops.consumed_events c
+                               WHERE c.event_id = o.event_id) c ON true
+          ORDER BY 1 DESC LIMIT 5",
+        total = ms("r.started_at"),
+        published = ms("o.published_at"),
+        consumed = ms("c.at"),
+        v = values.join(", ")
+    ))
+    .load(&mut pool.get().await?)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Stages {
+            total: r.total,
+            commit: r.commit,
+            published: r.published,
+            consumed: r.consumed,
+            claimed: r.claimed,
+        })
+        .collect())
+}
+
+/// One line per slow fact: where its time went.
+fn print_stages(slowest: &[Stages]) {
+    for s in slowest {
+        println!(
+            "    slow fact {:.1} ms: its COMMIT back {:.1}, published {:.1}, inbox {:.1}, claimed {:.1} ms after it committed",
+            s.total, s.commit, s.published, s.consumed, s.claimed
+        );
+    }
 }
 
 /// Relay (lease rows, publish with confirms, mark) against a raw lapin publisher with the same
@@ -633,6 +721,7 @@ async fn main() -> R<()> {
                     "nudge latency {kind:?}: p50 {:.1} p99 {:.1} max {:.1} ms (first {WARM_UP} facts after start: max {:.1} ms)",
                     l.p50, l.p99, l.max, l.cold_max
                 );
+                print_stages(&l.slowest);
             }
             drop(pool);
             admin::drop_database(&server, &name).await?;
@@ -743,6 +832,7 @@ async fn main() -> R<()> {
                     "    the first {WARM_UP} facts after the node started (not in the percentiles): max {:.1} ms",
                     l.cold_max
                 );
+                print_stages(&l.slowest);
                 results.insert(
                     format!("nudge_latency_ms_{label}"),
                     json!({"p50": l.p50, "p99": l.p99, "max": l.max, "events": 200, "debounce_ms": 0,
