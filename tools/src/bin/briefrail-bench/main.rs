@@ -191,7 +191,7 @@ struct Latency {
     /// The slowest of the first [`WARM_UP`] facts after the node started: each new pooled
     /// session compiles the transitions on its first call of each (README, "Benchmark").
     cold_max: f64,
-    /// The slowest measured facts, stage by stage.
+    /// Every measured fact, stage by stage, slowest first.
     slowest: Vec<Stages>,
 }
 
@@ -306,8 +306,8 @@ struct Stages {
     claimed: f64,
 }
 
-/// The stages of the five slowest of `facts` (matter, commit time in ms since the epoch, how
-/// long its COMMIT took to come back).
+/// The stages of every one of `facts` (matter, commit time in ms since the epoch, how long its
+/// COMMIT took to come back), slowest first.
 async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
     #[derive(diesel::QueryableByName)]
     struct S {
@@ -338,7 +338,7 @@ async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
            JOIN ops.domain_event_outbox o ON o.matter_id = f.matter
            LEFT JOIN LATERAL (SELECT min(c.consumed_at) AS at FROM ops.consumed_events c
                                WHERE c.event_id = o.event_id) c ON true
-          ORDER BY 1 DESC LIMIT 5",
+          ORDER BY 1 DESC",
         total = ms("r.started_at"),
         published = ms("o.published_at"),
         consumed = ms("c.at"),
@@ -358,14 +358,33 @@ async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
         .collect())
 }
 
-/// One line per slow fact: where its time went.
-fn print_stages(slowest: &[Stages]) {
-    for s in slowest {
+/// Where the facts' time went: the median and the 99th percentile of each stage's own share
+/// (its COMMIT coming back, commit to inbox, inbox to claim), printed with one line for each of
+/// the three slowest facts; returned for `bench/results.json`.
+fn print_stages(all: &[Stages]) -> serde_json::Value {
+    let share = |f: &dyn Fn(&Stages) -> f64| {
+        let mut v: Vec<f64> = all.iter().map(f).filter(|x| x.is_finite()).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        (pct(&v, 0.5), pct(&v, 0.99))
+    };
+    let commit = share(&|s| s.commit);
+    let inbox = share(&|s| s.consumed);
+    let claim = share(&|s| s.claimed - s.consumed);
+    println!(
+        "    stages p50 / p99: its COMMIT back {:.1} / {:.1}, commit to inbox {:.1} / {:.1}, inbox to claim {:.1} / {:.1} ms",
+        commit.0, commit.1, inbox.0, inbox.1, claim.0, claim.1
+    );
+    for s in all.iter().take(3) {
         println!(
             "    slow fact {:.1} ms: its COMMIT back {:.1}, published {:.1}, inbox {:.1}, claimed {:.1} ms after it committed",
             s.total, s.commit, s.published, s.consumed, s.claimed
         );
     }
+    json!({
+        "commit_back": {"p50": commit.0, "p99": commit.1},
+        "commit_to_inbox": {"p50": inbox.0, "p99": inbox.1},
+        "inbox_to_claim": {"p50": claim.0, "p99": claim.1},
+    })
 }
 
 /// Relay (lease rows, publish with confirms, mark) against a raw lapin publisher with the same
@@ -832,11 +851,11 @@ async fn main() -> R<()> {
                     "    the first {WARM_UP} facts after the node started (not in the percentiles): max {:.1} ms",
                     l.cold_max
                 );
-                print_stages(&l.slowest);
+                let stages = print_stages(&l.slowest);
                 results.insert(
                     format!("nudge_latency_ms_{label}"),
                     json!({"p50": l.p50, "p99": l.p99, "max": l.max, "events": 200, "debounce_ms": 0,
-                           "warm_up_events": WARM_UP, "warm_up_max": l.cold_max}),
+                           "warm_up_events": WARM_UP, "warm_up_max": l.cold_max, "stages": stages}),
                 );
             }
             Err(e) => println!("nudge latency {label}: skipped ({e})"),
