@@ -542,7 +542,22 @@ pub async fn ceiling(server: &str, conns: usize, secs: f64) -> R<f64> {
 }
 
 /// The JSON entry of one run.
-pub fn entry(run: &Run, s: &Served, ceiling: f64) -> serde_json::Value {
+/// The raw ceiling read just before and just after a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Ceiling {
+    pub before: f64,
+    pub after: f64,
+}
+
+impl Ceiling {
+    /// What the run is compared with.
+    pub fn mean(&self) -> f64 {
+        (self.before + self.after) / 2.0
+    }
+}
+
+pub fn entry(run: &Run, s: &Served, c: Ceiling) -> serde_json::Value {
+    let ceiling = c.mean();
     json!({
         "transport": run.transport,
         "matters": run.matters,
@@ -551,6 +566,8 @@ pub fn entry(run: &Run, s: &Served, ceiling: f64) -> serde_json::Value {
         "batch_lanes": run.lanes,
         "matters_per_s": s.per_s,
         "ceiling_tps": ceiling,
+        "ceiling_tps_before": c.before,
+        "ceiling_tps_after": c.after,
         "ratio": s.per_s / ceiling,
         "seconds": s.wall_s,
         "with_probes_matters_per_s": s.with_probes_per_s,

@@ -611,6 +611,9 @@ fn e2e_runs() -> R<Vec<e2e::Run>> {
         .collect()
 }
 
+/// How long each reading of the ceiling lasts.
+const CEILING_SECONDS: f64 = 4.0;
+
 /// End to end through `briefrail run`, against the raw ceiling at the same connection count.
 async fn e2e_section(
     server: &str,
@@ -629,26 +632,29 @@ async fn e2e_section(
         "cpu s",
         "loaded p50/p99"
     );
-    let mut ceilings = std::collections::BTreeMap::new();
+    // The ceiling is read just before and just after each run (the reading after one run is
+    // the reading before the next at the same connection count), and the run is compared with
+    // their mean: on a shared machine the ceiling moved by half within an hour, and a ceiling
+    // read minutes away from its run made a ratio of that drift.
+    let mut last_reading = std::collections::BTreeMap::new();
     let mut list = Vec::new();
     for run in &runs {
         let conns = e2e::POOL * run.nodes;
-        let ceiling = match ceilings.get(&conns) {
+        let before = match last_reading.get(&conns) {
             Some(c) => *c,
-            None => {
-                let c = e2e::ceiling(server, conns, 5.0).await?;
-                ceilings.insert(conns, c);
-                c
-            }
+            None => e2e::ceiling(server, conns, CEILING_SECONDS).await?,
         };
         let s = e2e::serve(server, run).await?;
+        let after = e2e::ceiling(server, conns, CEILING_SECONDS).await?;
+        last_reading.insert(conns, after);
+        let ceiling = e2e::Ceiling { before, after };
         println!(
             "{:<54} {:>9.0} {:>9.0} {:>6.2} {:>7.2} {:>9.0} {:>6} {:>8.1} {:>15}",
             run.label(),
             s.per_s,
-            ceiling,
-            s.per_s / ceiling,
-            s.with_probes_per_s / ceiling,
+            ceiling.mean(),
+            s.per_s / ceiling.mean(),
+            s.with_probes_per_s / ceiling.mean(),
             s.log_bytes_per_matter,
             s.longest_span_chain,
             s.node_cpu_s,
@@ -657,7 +663,9 @@ async fn e2e_section(
                 .unwrap_or_default()
         );
         println!(
-            "    s from start: {}",
+            "    ceiling {:.0} before the run, {:.0} after; s from start: {}",
+            ceiling.before,
+            ceiling.after,
             s.phases
                 .iter()
                 .map(|(k, v)| format!("{k} {v:.2}"))
