@@ -192,7 +192,7 @@ struct Latency {
     /// session compiles the transitions on its first call of each (README, "Benchmark").
     cold_max: f64,
     /// Every measured fact, stage by stage, slowest first.
-    slowest: Vec<Stages>,
+    stages: Vec<Stages>,
 }
 
 /// Facts served before the measured ones: a node that just started serves its first facts on
@@ -277,7 +277,7 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
     if kind == TransportKind::Amqp {
         Topology::new(&prefix).delete(&s.transport.amqp_url).await;
     }
-    let slowest = stages(pool, &facts[WARM_UP.min(facts.len())..]).await?;
+    let by_stage = stages(pool, &facts[WARM_UP.min(facts.len())..]).await?;
     // `lat` keeps the warm-up facts; the measured ones follow them.
     let mut measured = lat.split_off(WARM_UP.min(lat.len()));
     let cold_max = lat.iter().copied().fold(f64::NAN, f64::max);
@@ -287,23 +287,22 @@ async fn latency(url: &str, pool: &Pool, kind: TransportKind, n: usize) -> R<Lat
         p99: pct(&measured, 0.99),
         max: *measured.last().unwrap_or(&f64::NAN),
         cold_max,
-        slowest,
+        stages: by_stage,
     })
 }
 
-/// Where a fact's time went, from what the ledger recorded (ms after the fact's commit): its
+/// Where a fact's time went, from what the ledger recorded, in ms after the fact's commit: its
 /// event marked published (the relay's mark, after the broker's confirm; the embedded drain's
-/// own transaction), its inbox row (the trigger's transaction), its demand's row last written,
-/// its run (the claim). On the broker the mark may follow the trigger: the confirm and the
-/// delivery race.
+/// own transaction), its inbox row (the trigger's transaction), its run (the claim: the fact's
+/// whole latency). On the broker the mark may follow the trigger: the confirm and the delivery
+/// race.
 #[derive(Debug, Clone, Copy)]
 struct Stages {
-    total: f64,
+    claimed: f64,
     /// The fact's own COMMIT, as its client saw it return.
     commit: f64,
     published: f64,
     consumed: f64,
-    claimed: f64,
 }
 
 /// The stages of every one of `facts` (matter, commit time in ms since the epoch, how long its
@@ -312,15 +311,13 @@ async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
     #[derive(diesel::QueryableByName)]
     struct S {
         #[diesel(sql_type = diesel::sql_types::Double)]
-        total: f64,
+        claimed: f64,
         #[diesel(sql_type = diesel::sql_types::Double)]
         commit: f64,
         #[diesel(sql_type = diesel::sql_types::Double)]
         published: f64,
         #[diesel(sql_type = diesel::sql_types::Double)]
         consumed: f64,
-        #[diesel(sql_type = diesel::sql_types::Double)]
-        claimed: f64,
     }
     if facts.is_empty() {
         return Ok(Vec::new());
@@ -331,15 +328,15 @@ async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
         .collect();
     let ms = |col: &str| format!("(extract(epoch FROM {col}) * 1000)::float8 - f.t");
     let rows: Vec<S> = diesel::sql_query(format!(
-        "SELECT {total} AS total, f.c AS commit, coalesce({published}, 'NaN') AS published,
-                coalesce({consumed}, 'NaN') AS consumed, {total} AS claimed
+        "SELECT {claimed} AS claimed, f.c AS commit, coalesce({published}, 'NaN') AS published,
+                coalesce({consumed}, 'NaN') AS consumed
            FROM (VALUES {v}) AS f(matter, t, c)
            JOIN ops.matter_frame_runs r ON r.matter_id = f.matter
            JOIN ops.domain_event_outbox o ON o.matter_id = f.matter
            LEFT JOIN LATERAL (SELECT min(c.consumed_at) AS at FROM ops.consumed_events c
                                WHERE c.event_id = o.event_id) c ON true
           ORDER BY 1 DESC",
-        total = ms("r.started_at"),
+        claimed = ms("r.started_at"),
         published = ms("o.published_at"),
         consumed = ms("c.at"),
         v = values.join(", ")
@@ -349,11 +346,10 @@ async fn stages(pool: &Pool, facts: &[(Uuid, f64, f64)]) -> R<Vec<Stages>> {
     Ok(rows
         .into_iter()
         .map(|r| Stages {
-            total: r.total,
+            claimed: r.claimed,
             commit: r.commit,
             published: r.published,
             consumed: r.consumed,
-            claimed: r.claimed,
         })
         .collect())
 }
@@ -376,8 +372,8 @@ fn print_stages(all: &[Stages]) -> serde_json::Value {
     );
     for s in all.iter().take(3) {
         println!(
-            "    slow fact {:.1} ms: its COMMIT back {:.1}, published {:.1}, inbox {:.1}, claimed {:.1} ms after it committed",
-            s.total, s.commit, s.published, s.consumed, s.claimed
+            "    slow fact, claimed {:.1} ms after it committed: its COMMIT back {:.1}, published {:.1}, inbox {:.1} ms",
+            s.claimed, s.commit, s.published, s.consumed
         );
     }
     json!({
@@ -748,7 +744,7 @@ async fn main() -> R<()> {
                     "nudge latency {kind:?}: p50 {:.1} p99 {:.1} max {:.1} ms (first {WARM_UP} facts after start: max {:.1} ms)",
                     l.p50, l.p99, l.max, l.cold_max
                 );
-                print_stages(&l.slowest);
+                print_stages(&l.stages);
             }
             drop(pool);
             admin::drop_database(&server, &name).await?;
@@ -859,7 +855,7 @@ async fn main() -> R<()> {
                     "    the first {WARM_UP} facts after the node started (not in the percentiles): max {:.1} ms",
                     l.cold_max
                 );
-                let stages = print_stages(&l.slowest);
+                let stages = print_stages(&l.stages);
                 results.insert(
                     format!("nudge_latency_ms_{label}"),
                     json!({"p50": l.p50, "p99": l.p99, "max": l.max, "events": 200, "debounce_ms": 0,
