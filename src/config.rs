@@ -866,7 +866,7 @@ mod tests {
     }
 
     #[test]
-    fn environment_overrides_defaults() {
+    fn environment_overrides_defaults() -> Result<(), Box<dyn std::error::Error>> {
         let s = Settings::load_with_env(
             None,
             env(&[
@@ -875,11 +875,11 @@ mod tests {
                 ("BRIEFRAIL__BUILDER__COMMAND", "/bin/cat -"),
                 ("BRIEFRAIL__TRANSPORT__KIND", "postgres"),
             ]),
-        )
-        .expect("valid");
+        )?;
         assert_eq!(s.lease.seconds, 7.5);
         assert_eq!(s.builder.command, vec!["/bin/cat", "-"]);
         assert_eq!(s.transport.kind, TransportKind::Postgres);
+        Ok(())
     }
 
     #[test]
@@ -918,15 +918,15 @@ mod tests {
     }
 
     #[test]
-    fn a_broker_cluster_is_a_comma_separated_list_each_member_checked() {
+    fn a_broker_cluster_is_a_comma_separated_list_each_member_checked()
+    -> Result<(), Box<dyn std::error::Error>> {
         let s = Settings::load_with_env(
             None,
             env(&[(
                 "BRIEFRAIL__TRANSPORT__AMQP_URL",
                 "amqp://guest:pw@10.0.0.1:5672/%2f, amqp://guest:pw@10.0.0.2:5672/%2f",
             )]),
-        )
-        .expect("two members");
+        )?;
         assert_eq!(s.transport.amqp_url.members().len(), 2);
         let e = Settings::load_with_env(
             None,
@@ -939,6 +939,7 @@ mod tests {
         assert_eq!(e.key, "transport.amqp_url");
         assert!(e.to_string().contains("member 2"), "{e}");
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        Ok(())
     }
 
     #[test]
@@ -974,9 +975,10 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_are_refused_naming_the_key_and_where_it_came_from() {
+    fn unknown_keys_are_refused_naming_the_key_and_where_it_came_from()
+    -> Result<(), Box<dyn std::error::Error>> {
         let dir = std::env::temp_dir().join(format!("briefrail-config-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir)?;
         let file = dir.join("node.toml");
         for (text, key, says) in [
             (
@@ -995,14 +997,14 @@ mod tests {
                 "unknown key",
             ),
         ] {
-            std::fs::write(&file, text).unwrap();
+            std::fs::write(&file, text)?;
             let e = Settings::load_with_env(Some(&file), std::iter::empty()).expect_err(text);
             assert_eq!(e.key, key, "{e}");
             assert!(e.problem.contains(says), "{e}");
             assert!(e.problem.contains(&file.display().to_string()), "{e}");
         }
-        std::fs::write(&file, "[lease]\nseconds = 30\nheartbeat_seconds = 5\n").unwrap();
-        let s = Settings::load_with_env(Some(&file), std::iter::empty()).expect("known keys");
+        std::fs::write(&file, "[lease]\nseconds = 30\nheartbeat_seconds = 5\n")?;
+        let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
         assert_eq!(s.lease.heartbeat(), Duration::from_secs(5));
         std::fs::remove_dir_all(&dir).ok();
 
@@ -1015,17 +1017,17 @@ mod tests {
             assert_eq!(e.key, key, "{e}");
             assert!(e.problem.contains(var), "{e}");
         }
+        Ok(())
     }
 
     /// Every key a section has is in `config/default.toml`, set or in a comment (the file is
     /// the documented reference), and the file sets no key the settings lack.
     #[test]
-    fn the_defaults_file_documents_every_key_and_no_other() {
+    fn the_defaults_file_documents_every_key_and_no_other() -> Result<(), Box<dyn std::error::Error>>
+    {
         use config::{File, FileFormat, Source};
-        let table = File::from_str(DEFAULT_TOML, FileFormat::Toml)
-            .collect()
-            .unwrap();
-        refuse_unknown_keys(&table, "config/default.toml").expect("only known keys");
+        let table = File::from_str(DEFAULT_TOML, FileFormat::Toml).collect()?;
+        refuse_unknown_keys(&table, "config/default.toml")?;
         let known = known_keys();
         let sections: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
         let mut top = introspect::fields::<Settings>().to_vec();
@@ -1049,18 +1051,18 @@ mod tests {
                 );
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn otel_is_off_by_default_and_checked_when_on() {
+    fn otel_is_off_by_default_and_checked_when_on() -> Result<(), Box<dyn std::error::Error>> {
         let s = Settings::defaults();
         assert!(!s.otel.enabled());
         assert_eq!(s.otel.service_name, "briefrail");
         let s = Settings::load_with_env(
             None,
             env(&[("BRIEFRAIL__OTEL__ENDPOINT", "http://jaeger:4318")]),
-        )
-        .expect("valid");
+        )?;
         assert!(s.otel.enabled());
         for (k, v, key) in [
             (
@@ -1084,7 +1086,7 @@ mod tests {
             assert_eq!(e.key, key, "{k}={v}: {e}");
         }
         // Off, the other keys are not looked at.
-        Settings::load_with_env(None, env(&[("BRIEFRAIL__OTEL__QUEUE_SIZE", "0")])).expect("off");
+        Settings::load_with_env(None, env(&[("BRIEFRAIL__OTEL__QUEUE_SIZE", "0")]))?;
         // A bad endpoint is named in the error, without its password.
         let e = Settings::load_with_env(
             None,
@@ -1094,6 +1096,7 @@ mod tests {
         assert_eq!(e.key, "otel.endpoint");
         assert!(e.to_string().contains("ftp://ops:***@tempo:4318"), "{e}");
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        Ok(())
     }
 
     #[test]
@@ -1110,7 +1113,7 @@ mod tests {
     }
 
     #[test]
-    fn config_errors_never_show_a_password() {
+    fn config_errors_never_show_a_password() -> Result<(), Box<dyn std::error::Error>> {
         let e = Settings::load_with_env(
             None,
             env(&[("BRIEFRAIL__DATABASE__URL", "postgres://app:hunter2@db:5432")]),
@@ -1129,8 +1132,8 @@ mod tests {
         let s = Settings::load_with_env(
             None,
             env(&[("BRIEFRAIL__DATABASE__URL", "postgres://app:hunter2@db/x")]),
-        )
-        .expect("valid");
+        )?;
         assert!(!format!("{s:?}").contains("hunter2"));
+        Ok(())
     }
 }

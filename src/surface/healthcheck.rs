@@ -109,26 +109,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unspecified_bind_is_asked_on_loopback() {
-        assert_eq!(
-            target("0.0.0.0:8080".parse().unwrap()),
-            "127.0.0.1:8080".parse().unwrap()
-        );
-        assert_eq!(
-            target("[::]:8080".parse().unwrap()),
-            "[::1]:8080".parse().unwrap()
-        );
-        assert_eq!(
-            target("10.1.2.3:80".parse().unwrap()),
-            "10.1.2.3:80".parse().unwrap()
-        );
+    fn an_unspecified_bind_is_asked_on_loopback() -> Result<(), std::net::AddrParseError> {
+        assert_eq!(target("0.0.0.0:8080".parse()?), "127.0.0.1:8080".parse()?);
+        assert_eq!(target("[::]:8080".parse()?), "[::1]:8080".parse()?);
+        assert_eq!(target("10.1.2.3:80".parse()?), "10.1.2.3:80".parse()?);
+        Ok(())
     }
 
     #[tokio::test]
-    async fn a_closed_port_is_unhealthy_naming_the_address() {
+    async fn a_closed_port_is_unhealthy_naming_the_address() -> std::io::Result<()> {
         let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            l.local_addr()?.port()
         };
         let bind = format!("0.0.0.0:{port}");
         let e = check(&bind, "/readyz", Duration::from_secs(2))
@@ -139,34 +131,38 @@ mod tests {
             text.contains(&format!("http://127.0.0.1:{port}/readyz")) && text.contains(&bind),
             "{text}"
         );
+        Ok(())
     }
 
     #[tokio::test]
-    async fn only_a_200_is_healthy() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let bind = listener.local_addr().unwrap().to_string();
+    async fn only_a_200_is_healthy() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let bind = listener.local_addr()?.to_string();
         let serve = |answer: &'static str| {
             let listener = &listener;
             async move {
-                let (mut s, _) = listener.accept().await.unwrap();
+                let (mut s, _) = listener.accept().await?;
                 let mut buf = [0u8; 1024];
-                let _ = s.read(&mut buf).await.unwrap();
-                s.write_all(answer.as_bytes()).await.unwrap();
+                let _ = s.read(&mut buf).await?;
+                s.write_all(answer.as_bytes()).await
             }
         };
-        let (ok, _) = tokio::join!(
+        let (ok, served) = tokio::join!(
             check(&bind, "/readyz", Duration::from_secs(2)),
             serve("HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n")
         );
-        assert!(ok.expect("200").contains("200 OK"));
-        let (not, _) = tokio::join!(
+        served?;
+        assert!(ok?.contains("200 OK"));
+        let (not, served) = tokio::join!(
             check(&bind, "/readyz", Duration::from_secs(2)),
             serve("HTTP/1.1 503 Service Unavailable\r\n\r\n{\"ready\":false}")
         );
+        served?;
         let text = not.expect_err("503").to_string();
         assert!(
             text.contains("503") && text.contains("ready\":false"),
             "{text}"
         );
+        Ok(())
     }
 }
