@@ -53,6 +53,8 @@ const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 const CTL: &str = "/usr/lib/rabbitmq/bin/rabbitmqctl";
 /// How long a member may take to boot (and cluster) before its start counts as failed.
 const BOOT_DEADLINE: Duration = Duration::from_secs(180);
+/// How many times a cluster start is made when a member exits while booting (see `start`).
+const BOOT_ATTEMPTS: u32 = 3;
 /// Erlang distribution tick (default 60 s): a paused (SIGSTOP) member is declared down after
 /// NET_TICKTIME..1.25 × NET_TICKTIME. Until then Mnesia writes that need every member block
 /// cluster-wide (e.g. the record of a quorum queue's new leader).
@@ -76,7 +78,29 @@ impl BrokerCluster {
     /// Starts `n` nodes (names `brf<k>-<tag>@localhost`) under `dir` (in a fresh subdirectory
     /// `rabbitmq-<tag>`), clustered together, and waits until every member has booted and sees
     /// all `n` as running (the data of `cluster_status`). The nodes boot in parallel.
+    ///
+    /// RabbitMQ 3.10 members that boot together sometimes race the cluster's feature-flag
+    /// migration: one exits at once with `schema_integrity_check_failed` (its tables were made
+    /// before the others' migration). Such a start is torn down and made again in a fresh
+    /// directory, up to [`BOOT_ATTEMPTS`] times, each retry said on stderr with its reason; any
+    /// other failure, or the last attempt's, is the error.
     pub async fn start(dir: &Path, n: usize) -> Result<Self, String> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(dir, n).await {
+                Err(e) if attempt < BOOT_ATTEMPTS && e.contains("exited while booting") => {
+                    eprintln!(
+                        "briefrail-faults: broker cluster start {attempt} of {BOOT_ATTEMPTS} failed, starting a fresh one: {}",
+                        e.chars().take(600).collect::<String>()
+                    );
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(dir: &Path, n: usize) -> Result<Self, String> {
         if n == 0 {
             return Err("a broker cluster needs at least one member".into());
         }
@@ -106,13 +130,31 @@ impl BrokerCluster {
             cluster.spawn_member(i)?;
         }
         let names = cluster.all_names();
-        let results = join_all(
+        let ready = join_all(
             (0..n)
                 .map(|i| cluster.wait_ready(i, &names))
                 .collect::<Vec<_>>(),
-        )
-        .await;
-        all_ok(results, "starting the broker cluster")?;
+        );
+        // A member that exits while booting never joins: the others would wait out their whole
+        // deadline for it. Watched apart, it ends the attempt at once.
+        let exited = async {
+            loop {
+                if let Some(i) = (0..n).find(|&i| cluster.server_exited(i)) {
+                    return i;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        };
+        tokio::select! {
+            results = ready => all_ok(results, "starting the broker cluster")?,
+            i = exited => {
+                return Err(format!(
+                    "starting the broker cluster: member {i} ({}) exited while booting: {}",
+                    cluster.members[i].name,
+                    cluster.diagnostics(i)
+                ));
+            }
+        }
         for i in 0..n {
             cluster.members[i].pid = Some(cluster.read_pid(i)?);
         }
