@@ -88,15 +88,20 @@ async fn fresh(server: &str, name: &str) -> R<(String, Pool)> {
     admin::create_database_if_missing(&url).await?;
     db::migrate::run_pending(&url).await?;
     let pool = db::connect(&db::PoolOptions::new(url.clone()).size(10)).await?;
-    // A trial of a ledger change against the build before it, in one binary: SQL run on each
-    // fresh database after its migrations (e.g. a migration's down.sql), named in the output.
+    Ok((url, pool))
+}
+
+/// A trial of a ledger change against the build before it, in one binary: SQL run on a run's
+/// fresh database after its migrations (e.g. a migration's down.sql), named in the output. The
+/// ceiling's databases are left as migrated: its raw SQL calls no ledger function.
+async fn trial_sql(pool: &Pool) -> R<()> {
     if let Ok(path) = std::env::var("BRIEFRAIL_BENCH_SQL") {
         let sql = std::fs::read_to_string(&path)
             .map_err(|e| format!("BRIEFRAIL_BENCH_SQL {path}: {e}"))?;
         println!("    (after the migrations: {path})");
-        exec(&pool, &sql).await?;
+        exec(pool, &sql).await?;
     }
-    Ok((url, pool))
+    Ok(())
 }
 
 /// `n` matters of one firm (as if they had long been served), then one uploaded document each,
@@ -227,6 +232,7 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let bin = binary()?;
     let name = format!("{}_e2e", admin::split_url(server)?.0);
     let (url, pool) = fresh(server, &name).await?;
+    trial_sql(&pool).await?;
     let (firm, _) = load(&pool, run.matters).await?;
     exec(&pool, "CHECKPOINT; ANALYZE").await?;
     let dir = std::env::temp_dir().join(format!("briefrail-bench-{}", std::process::id()));
@@ -541,7 +547,6 @@ pub async fn ceiling(server: &str, conns: usize, secs: f64) -> R<f64> {
     Ok(rate)
 }
 
-/// The JSON entry of one run.
 /// The raw ceiling read just before and just after a run.
 #[derive(Debug, Clone, Copy)]
 pub struct Ceiling {
@@ -556,6 +561,7 @@ impl Ceiling {
     }
 }
 
+/// The JSON entry of one run.
 pub fn entry(run: &Run, s: &Served, c: Ceiling) -> serde_json::Value {
     let ceiling = c.mean();
     json!({
