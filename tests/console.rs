@@ -31,6 +31,17 @@ struct Console {
 
 async fn console(token: &str) -> Console {
     let db = TestDb::new(8).await.unwrap();
+    let (node, base, poisoned) = node_on(&db, token).await;
+    Console {
+        db,
+        node,
+        base,
+        poisoned,
+    }
+}
+
+/// A node with its console on `db`'s ledger (several may share one, as a fleet does).
+async fn node_on(db: &TestDb, token: &str) -> (Node, String, Arc<AtomicBool>) {
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
     s.transport.kind = TransportKind::Postgres;
@@ -54,12 +65,7 @@ async fn console(token: &str) -> Console {
     .await
     .unwrap();
     let base = format!("http://{}", node.surface_addr().unwrap());
-    Console {
-        db,
-        node,
-        base,
-        poisoned,
-    }
+    (node, base, poisoned)
 }
 
 fn client() -> awc::Client {
@@ -85,9 +91,13 @@ fn header(r: &awc::ClientResponse<impl Sized>, name: &str) -> String {
 
 /// Logs in; returns the `Cookie` header value and the CSRF token of the overview's forms.
 async fn log_in(base: &str) -> (String, String) {
+    log_in_with(base, TOKEN).await
+}
+
+async fn log_in_with(base: &str, token: &str) -> (String, String) {
     let r = client()
         .post(format!("{base}/login"))
-        .send_form(&[("token", TOKEN), ("next", "/")])
+        .send_form(&[("token", token), ("next", "/")])
         .await
         .unwrap();
     assert_eq!(r.status(), 303);
@@ -803,4 +813,119 @@ async fn without_a_token_the_console_opens_a_session_itself_and_still_checks_for
         .unwrap();
     assert_eq!(r.status(), 303);
     c.node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+/// What a session cookie opens on a node: for each page and for the rebuild form, whether it
+/// was served (a page 200, the form taken: 303 back to its matter) and what was answered.
+async fn opens(
+    base: &str,
+    cookie: &str,
+    csrf: &str,
+    firm: Uuid,
+    matter: Uuid,
+) -> Vec<(bool, String)> {
+    let mut seen = Vec::new();
+    for path in [
+        "/".to_owned(),
+        format!("/firms/{firm}/matters/{matter}"),
+        "/dead-letters".to_owned(),
+    ] {
+        let (status, _) = get(base, cookie, &path).await;
+        seen.push((status == 200, format!("GET {path}: {status}")));
+    }
+    let r = client()
+        .post(format!("{base}/firms/{firm}/matters/{matter}/rebuild"))
+        .insert_header(("cookie", cookie.to_owned()))
+        .send_form(&[("csrf", csrf)])
+        .await
+        .unwrap();
+    let to = header(&r, "location");
+    // Taken: sent back to its matter page (a refused form is sent to the login page, whose
+    // `next` names the matter too).
+    let taken = r.status() == 303 && to.starts_with(&format!("/firms/{firm}/matters/{matter}"));
+    seen.push((taken, format!("POST rebuild: {} {to}", r.status().as_u16())));
+    seen
+}
+
+/// The session a token-less node opens by itself for a page, and the CSRF token of the
+/// matter page's forms.
+async fn tokenless_session(base: &str, firm: Uuid, matter: Uuid) -> (String, String) {
+    let r = client().get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let cookie = header(&r, "set-cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = get(base, &cookie, &format!("/firms/{firm}/matters/{matter}")).await;
+    (cookie, csrf_of(&page.1))
+}
+
+fn all_refused(seen: &[(bool, String)]) -> bool {
+    seen.iter().all(|(served, _)| !served)
+}
+
+fn all_served(seen: &[(bool, String)]) -> bool {
+    seen.iter().all(|(served, _)| *served)
+}
+
+#[actix_rt::test]
+async fn a_session_opened_without_the_token_opens_no_node_that_has_one() {
+    // Two nodes on one ledger: one without a token (it opens sessions by itself on
+    // loopback), one with a token.
+    let db = TestDb::new(8).await.unwrap();
+    let (open_node, open_base, _) = node_on(&db, "").await;
+    let (guarded, guarded_base, _) = node_on(&db, TOKEN).await;
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&db, firm, "Wayne v. Kyle", &[]).await;
+    let (cookie, csrf) = tokenless_session(&open_base, firm, matter).await;
+    let before = count_events(&db, matter).await;
+    let seen = opens(&guarded_base, &cookie, &csrf, firm, matter).await;
+    assert!(
+        all_refused(&seen),
+        "a token-less session on the guarded node: {seen:?}"
+    );
+    assert_eq!(
+        count_events(&db, matter).await,
+        before,
+        "no rebuild was requested through the guarded node"
+    );
+    // The token-less node still knows its own session.
+    let (status, _) = get(&open_base, &cookie, "/").await;
+    assert_eq!(status, 200);
+    // And a session opened with the token is good on the guarded node only: the token-less
+    // node opens its own instead (it never adopts one opened under a credential).
+    let (logged, logged_csrf) = log_in(&guarded_base).await;
+    let seen = opens(&guarded_base, &logged, &logged_csrf, firm, matter).await;
+    assert!(
+        all_served(&seen),
+        "the guarded node's own session: {seen:?}"
+    );
+    guarded.shutdown_within(Duration::from_secs(2)).await;
+    open_node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+#[actix_rt::test]
+async fn a_token_change_revokes_every_session_opened_under_the_old_one() {
+    let db = TestDb::new(8).await.unwrap();
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&db, firm, "Kent v. Luthor", &[]).await;
+    // A session opened before any token was configured...
+    let (node, base, _) = node_on(&db, "").await;
+    let (tokenless, tokenless_csrf) = tokenless_session(&base, firm, matter).await;
+    node.shutdown_within(Duration::from_secs(2)).await;
+    // ...and one opened under the first token...
+    let (node, base, _) = node_on(&db, "first-token").await;
+    let (first, first_csrf) = log_in_with(&base, "first-token").await;
+    node.shutdown_within(Duration::from_secs(2)).await;
+    // ...open nothing once the token is changed.
+    let (node, base, _) = node_on(&db, "second-token").await;
+    let seen = opens(&base, &tokenless, &tokenless_csrf, firm, matter).await;
+    assert!(all_refused(&seen), "the token-less session: {seen:?}");
+    let seen = opens(&base, &first, &first_csrf, firm, matter).await;
+    assert!(all_refused(&seen), "the first token's session: {seen:?}");
+    let (second, second_csrf) = log_in_with(&base, "second-token").await;
+    let seen = opens(&base, &second, &second_csrf, firm, matter).await;
+    assert!(all_served(&seen), "the new token's session: {seen:?}");
+    node.shutdown_within(Duration::from_secs(2)).await;
 }

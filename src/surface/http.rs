@@ -69,6 +69,7 @@ impl crate::node::Surface for Admin {
 /// with port 0) and a handle to stop it.
 pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     let bind = state.settings.http.bind.clone();
+    let state_has_no_token = state.settings.http.token.trim().is_empty();
     let state = web::Data::new(state);
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
@@ -126,6 +127,17 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     let handle = server.handle();
     actix_rt::spawn(server);
     tracing::info!(%addr, "http admin listening");
+    if state_has_no_token {
+        // Said at every start: the one deployment this trust model gets wrong is a reverse
+        // proxy on the same host that forwards `Host: 127.0.0.1`, and nothing here can see it.
+        tracing::warn!(
+            %addr,
+            "http.token is empty: the console and /api trust every request whose Host is a \
+             loopback name; a reverse proxy that forwards Host: 127.0.0.1 (or localhost) \
+             opens them to anyone who reaches the proxy; set http.token before putting a \
+             proxy in front of this node"
+        );
+    }
     Ok((addr, handle))
 }
 

@@ -9,6 +9,9 @@
 //!   keeps the cookie off cross-site requests, and a foreign `Origin` is refused too.
 //! * With no token configured (loopback only, which config enforces), a page opens a session
 //!   by itself, so forms are still protected from sites the operator's browser visits.
+//! * A session is bound to the credential it was opened under ([`sessions::Credential`]): one a
+//!   token-less node opened is good on token-less nodes only, and a token change revokes every
+//!   session opened under the old token, on every node.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
@@ -201,14 +204,20 @@ pub fn session_seconds(state: &HttpState) -> i64 {
     (state.settings.http.session_minutes * 60.0).round() as i64
 }
 
+/// The credential this node lets sessions in with: its token, now (a restart with another
+/// token revokes the sessions opened under the old one).
+pub fn credential(state: &HttpState) -> sessions::Credential {
+    sessions::Credential::of(&state.settings.http.token)
+}
+
 pub async fn open(state: &HttpState) -> Result<Session> {
     let mut c = state.pool.get().await?;
-    sessions::open(&mut c, session_seconds(state) as f64).await
+    sessions::open(&mut c, &credential(state), session_seconds(state) as f64).await
 }
 
 async fn find(state: &HttpState, id: &str) -> Result<Option<Session>> {
     let mut c = state.pool.get().await?;
-    sessions::find(&mut c, id).await
+    sessions::find(&mut c, &credential(state), id).await
 }
 
 /// A `next` target that stays on this site: a path, never `//host` or a scheme.

@@ -911,7 +911,7 @@ pub async fn logout(
     if let Some(id) = auth::cookie_session(&req) {
         let closed = async {
             let mut c = conn(&state).await?;
-            crate::ledger::sessions::close(&mut c, &id).await
+            crate::ledger::sessions::close(&mut c, &auth::credential(&state), &id).await
         }
         .await;
         if let Err(e) = closed {
