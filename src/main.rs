@@ -8,7 +8,16 @@ use briefrail::surface::cli::{self, Cli};
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = Cli::parse();
+    let args = match Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            end_quietly_when_the_reader_goes();
+            e.exit()
+        }
+    };
+    if !matches!(args.command, cli::Command::Run) {
+        end_quietly_when_the_reader_goes();
+    }
     // A health check answers 0 or 1 only: Docker reserves 2.
     let healthcheck = matches!(args.command, cli::Command::Healthcheck { .. });
     let mut settings = match Settings::load(args.config.as_deref()) {
@@ -79,5 +88,18 @@ fn finish(result: briefrail::Result<()>) -> ExitCode {
             );
             ExitCode::from(cli::exit_code(&e) as u8)
         }
+    }
+}
+
+/// `briefrail status … | head -1`: once the reader is gone, a command ends as a Unix tool does,
+/// by SIGPIPE and silently, instead of panicking in `println!` with a backtrace. Rust's runtime
+/// ignores SIGPIPE; this puts back the default. Not for `run`: a node writes to its command
+/// builders' pipes and must meet a child that stopped reading as an error it handles, not die
+/// of it. (The demo's builders are in-process, and sockets send with `MSG_NOSIGNAL`.)
+fn end_quietly_when_the_reader_goes() {
+    // SAFETY: called on the main thread before any other thread or runtime is started, with
+    // the default disposition, which needs no handler to stay valid.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

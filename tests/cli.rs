@@ -598,3 +598,54 @@ async fn a_busy_http_port_exits_1_naming_the_address() {
     );
     drop(taken);
 }
+
+/// `briefrail status … | head -1`: the reader is gone before the command writes. It must end
+/// quietly (no panic, no backtrace), as a Unix tool does: by SIGPIPE, or 0.
+#[tokio::test]
+async fn a_closed_stdout_ends_a_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let db = TestDb::new(1).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4().to_string(), Uuid::new_v4().to_string());
+    let m = ["--firm", firm.as_str(), "--matter", matter.as_str()];
+    ok(&briefrail(
+        &db.url,
+        &[
+            &["matter", "create"][..],
+            &m,
+            &["--title", "Acme v. Globex"],
+        ]
+        .concat(),
+    ));
+    for args in [
+        [&["status"][..], &m].concat(),
+        vec!["matter", "list", "--firm", firm.as_str()],
+        vec!["migrate", "--status"],
+    ] {
+        // The read end is closed before the child starts: its first write meets EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_briefrail"))
+            .args(&args)
+            .env("BRIEFRAIL__DATABASE__URL", &db.url)
+            .env("RUST_LOG", "warn")
+            .env("RUST_BACKTRACE", "1")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc_sigpipe()),
+            "{args:?}: {:?}\n{stderr}",
+            out.status
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// SIGPIPE's number on Linux (13), spelled here to keep libc out of the tests.
+fn libc_sigpipe() -> i32 {
+    13
+}
