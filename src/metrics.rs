@@ -57,6 +57,12 @@ metric_set! {
         events_duplicate => "Duplicate deliveries acked with no effect",
         events_republished => "Events republished by reconciliation",
         dead_lettered => "Messages sent to the dead-letter queue",
+        /// Each ended session waits longer before the next (the reconnect backoff), and its
+        /// unacked messages come back: a steady rate means the trigger is falling behind.
+        consumer_sessions_ended => "Trigger consumer sessions ended by a failure (each followed by a reconnect)",
+        /// A dead letter the ledger refused to file (after retries): kept in the broker's
+        /// dead-letter queue only, with the reason in `x-briefrail-unrecorded`.
+        dead_letters_unrecorded => "Dead letters the ledger refused to file, kept in the broker's dead-letter queue only",
         /// One ack frame may settle many deliveries (`multiple`): deliveries acked over this
         /// is how many each frame settled.
         ack_frames => "Ack frames the trigger consumer sent the broker (one may settle many deliveries)",
@@ -194,6 +200,8 @@ mod tests {
             "briefrail_events_duplicate_total",
             "briefrail_events_republished_total",
             "briefrail_dead_lettered_total",
+            "briefrail_dead_letters_unrecorded_total",
+            "briefrail_consumer_sessions_ended_total",
             "briefrail_nudges_refused_total",
             "briefrail_build_duration_seconds_count",
             "briefrail_build_duration_seconds_sum",

@@ -34,6 +34,7 @@ pub mod ops {
             replays -> Int4,
             resolved_at -> Nullable<Timestamptz>,
             resolution -> Nullable<Text>,
+            routing_key_bytes -> Nullable<Bytea>,
         }
     }
 

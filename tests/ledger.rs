@@ -832,6 +832,54 @@ async fn a_build_that_keeps_failing_stops_retrying_until_a_new_demand() {
     assert_eq!(job(&db, firm, matter).await, before);
 }
 
+/// A builder's error may quote bytes it read (a model's stderr, a file): a NUL among them,
+/// which Postgres `text` refuses, must not make the ledger refuse the failure (the claim would
+/// stay held until its lease ran out, and the error would be lost). It is kept, escaped.
+#[tokio::test]
+async fn a_failure_whose_error_holds_a_nul_is_recorded_escaped() {
+    let db = TestDb::new(2).await.expect("test db");
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    t::demand(&mut c, firm, matter).await.unwrap();
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        backoff_base: Duration::from_secs(1),
+        backoff_max: Duration::from_secs(2),
+    };
+    let claim = won(&db, firm, matter).await;
+    t::fail(&mut c, &claim, "model said \0 then died", false, &policy)
+        .await
+        .expect("the failure is recorded");
+    let claim = {
+        db.advance_ledger_clock(Duration::from_secs(5))
+            .await
+            .unwrap();
+        won(&db, firm, matter).await
+    };
+    t::release(&mut c, &claim, "draining \0")
+        .await
+        .expect("the release is recorded");
+    #[derive(diesel::QueryableByName)]
+    struct E {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        error: String,
+    }
+    let errors: Vec<String> = diesel::sql_query(
+        "SELECT error FROM ops.matter_frame_runs WHERE error IS NOT NULL ORDER BY started_at",
+    )
+    .load::<E>(&mut c)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|e| e.error)
+    .collect();
+    assert_eq!(
+        errors,
+        ["model said \\u{0} then died", "draining \\u{0}"],
+        "both kept, the NUL escaped"
+    );
+}
+
 /// Found by the model check: a new demand that reaches a failing matter through the plain
 /// path (a claim, or a lost claim recorded on a running retry) restarts its retries, as
 /// `ops.demand` does; otherwise it could stop after one failure of its own build.

@@ -95,6 +95,11 @@ fn pg_transport(r: &Rig, batch: i64) -> briefrail::transport::postgres::PgTransp
 /// Takes the next message from the test's dead-letter queue and returns its
 /// `x-briefrail-reason` header.
 async fn next_dead_letter_reason(ch: &lapin::Channel, scope: &BrokerScope) -> String {
+    next_dead_letter_header(ch, scope, message::REASON).await
+}
+
+/// Takes the next message from the test's dead-letter queue and returns its header `name`.
+async fn next_dead_letter_header(ch: &lapin::Channel, scope: &BrokerScope, name: &str) -> String {
     let got = eventually(Duration::from_secs(10), "a dead letter", || async {
         ch.basic_get(
             scope.topology.dead_queue.as_str().into(),
@@ -110,9 +115,9 @@ async fn next_dead_letter_reason(ch: &lapin::Channel, scope: &BrokerScope) -> St
         .headers()
         .clone()
         .unwrap_or_default();
-    match headers.inner().get("x-briefrail-reason") {
+    match headers.inner().get(name) {
         Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        other => panic!("dead letter without a reason: {other:?}"),
+        other => panic!("dead letter without {name}: {other:?}"),
     }
 }
 
@@ -344,7 +349,6 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
     let r = rig(Duration::from_secs(60)).await;
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let ch = channel().await;
-    let ex = r.scope.topology.events_exchange.clone();
     let good = |name: &str| {
         serde_json::json!({
         "event_id": Uuid::new_v4(), "event_name": name, "firm_id": Uuid::new_v4(),
@@ -359,17 +363,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
         ("ten MiB", vec![b'{'; 10 * 1024 * 1024]),
     ];
     for (_, body) in &poison {
-        ch.basic_publish(
-            ex.as_str().into(),
-            "document.uploaded".into(),
-            BasicPublishOptions::default(),
-            body,
-            Default::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+        publish_raw(&ch, &r, "document.uploaded", body).await;
     }
     // A valid event after the poison is still consumed.
     let _relay = relay_serves_a_new_matter(&r, "the valid event after the poison").await;
@@ -1160,7 +1154,7 @@ async fn a_dead_letter_that_fails_does_not_strand_the_rest_of_its_batch() {
     let ex = r.scope.topology.events_exchange.clone();
     let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
-    refuse_dead_letters(&mut c, "").await;
+    refuse_dead_letters(&mut c).await;
     for m in [a, b] {
         facts::create_matter(&mut c, firm, m, "Acme v. Globex")
             .await
@@ -1182,16 +1176,28 @@ async fn a_dead_letter_that_fails_does_not_strand_the_rest_of_its_batch() {
         )
         .await;
     }
+    // The ledger refuses the forgery's dead letter every time: after its tries it is kept in
+    // the dead-letter queue alone, saying why, and the session goes on.
+    eventually(
+        Duration::from_secs(20),
+        "the forgery in the dead-letter queue only",
+        || async { (get(&r.opts.metrics.counters.dead_letters_unrecorded) == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 1);
+    let why = next_dead_letter_header(&ch, &r.scope, message::UNRECORDED).await;
+    assert!(why.contains("this test refuses every dead letter"), "{why}");
     assert_eq!(
-        get(&r.opts.metrics.counters.dead_lettered),
-        0,
-        "the forgery was never dead-lettered: its record failed"
+        sequence(&r.db, "refusals").await,
+        i64::from(briefrail::transport::amqp::consumer::RECORD_ATTEMPTS),
+        "tried a bounded number of times"
     );
 }
 
 /// A batch's failure ends the consumer's session only once the batches already applying have
 /// settled. Here the genuine pair is held mid-transaction (its inbox insert waits for a lock
-/// this test holds) when a forgery arrives on its own and its dead letter fails, which ends the
+/// this test holds) when a forgery arrives on its own and its dead letter cannot be published
+/// (the dead-letter exchange was deleted: the broker closes the channel), which ends the
 /// session. The held batch must then commit, ack and nudge in that session: each genuine
 /// delivery is recorded once. A session that dropped the batch in flight rolled it back and
 /// applied it again on redelivery (seen as a second insert attempt, counted by a sequence,
@@ -1203,7 +1209,6 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
     let ex = r.scope.topology.events_exchange.clone();
     let (firm, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let mut c = r.db.pool.get().await.unwrap();
-    refuse_dead_letters(&mut c, "PERFORM nextval('public.refusals');").await;
     c.batch_execute(
         "CREATE SEQUENCE public.inserts;
          CREATE FUNCTION public.hold_inserts() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -1247,13 +1252,21 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
         || async { (held().await > 0).then_some(()) },
     )
     .await;
+    ch.exchange_delete(
+        r.scope.topology.dead_exchange.as_str().into(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     let mut forged = newest_event(&r.db, a).await.envelope();
     forged.matter_id = b;
     publish_row(&ch, &ex, &forged).await;
     eventually(
         Duration::from_secs(20),
-        "the forgery's dead letter refused",
-        || async { (sequence(&r.db, "refusals").await > 0).then_some(()) },
+        "the forgery's dead letter filed, then its publication refused",
+        || async {
+            (count(&r.db, "SELECT count(*) AS n FROM ops.dead_letters").await > 0).then_some(())
+        },
     )
     .await;
     // A consumer that ended the session at once reconnects (200 ms) and applies the genuine
@@ -1280,6 +1293,10 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
         2,
         "each genuine delivery recorded once: its batch settled in the session that applied it"
     );
+    assert!(
+        get(&r.opts.metrics.counters.consumer_sessions_ended) >= 1,
+        "the refused publication ended the session"
+    );
 }
 
 #[derive(QueryableByName)]
@@ -1288,16 +1305,16 @@ struct Count {
     n: i64,
 }
 
-/// Makes the ledger refuse every dead letter (a trigger that raises), after `first` (SQL run
-/// in the trigger before it raises; `public.refusals`, a sequence, exists for it to count).
-async fn refuse_dead_letters(c: &mut diesel_async::AsyncPgConnection, first: &str) {
-    c.batch_execute(&format!(
+/// Makes the ledger refuse every dead letter (a trigger that raises), counting each refusal in
+/// the sequence `public.refusals`.
+async fn refuse_dead_letters(c: &mut diesel_async::AsyncPgConnection) {
+    c.batch_execute(
         "CREATE SEQUENCE public.refusals;
          CREATE FUNCTION public.refuse_dead_letters() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN {first} RAISE EXCEPTION 'this test refuses every dead letter'; END $$;
+         BEGIN PERFORM nextval('public.refusals'); RAISE EXCEPTION 'this test refuses every dead letter'; END $$;
          CREATE TRIGGER refuse_dead_letters BEFORE INSERT ON ops.dead_letters
-         FOR EACH ROW EXECUTE FUNCTION public.refuse_dead_letters();"
-    ))
+         FOR EACH ROW EXECUTE FUNCTION public.refuse_dead_letters();",
+    )
     .await
     .unwrap();
 }
@@ -1503,4 +1520,95 @@ async fn a_backlog_is_acked_in_a_few_frames_and_nothing_is_left_unacked() {
         frames * 4 <= 200,
         "{frames} ack frames for 200 deliveries that arrived together"
     );
+}
+
+/// Publishes `body` to the rig's events exchange under `key`, as a foreign publisher would.
+async fn publish_raw(ch: &lapin::Channel, r: &Rig, key: &str, body: &[u8]) {
+    ch.basic_publish(
+        r.scope.topology.events_exchange.as_str().into(),
+        key.into(),
+        BasicPublishOptions::default(),
+        body,
+        Default::default(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+}
+
+/// Postgres `text` refuses the NUL character. A message whose routing key holds one, or whose
+/// body makes the decoder's error quote one, is still dead-lettered into the ledger (the text
+/// escaped, the routing key's raw bytes kept beside it), and the trigger's session never ends
+/// over it: a real upload right after is served at once, not after a reconnect backoff grown
+/// by every message.
+#[actix_rt::test]
+async fn messages_with_nul_bytes_are_dead_lettered_and_the_trigger_keeps_serving() {
+    let r = rig(Duration::from_secs(600)).await;
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    let ch = channel().await;
+    let key = "document.uploaded\0forged";
+    let named = serde_json::json!({
+        "event_id": Uuid::new_v4(), "event_name": "document.uploaded", "firm_id": Uuid::new_v4(),
+        "matter_id": Uuid::new_v4(), "occurred_at": chrono::Utc::now() })
+    .to_string();
+    // The decoder's error quotes the id's characters as they are: a NUL among them.
+    let quoting = r#"{"event_id":"\u0000oops","event_name":"document.uploaded"}"#;
+    for _ in 0..3 {
+        publish_raw(&ch, &r, key, named.as_bytes()).await;
+        publish_raw(&ch, &r, "document.uploaded", quoting.as_bytes()).await;
+    }
+    let mut c = r.db.pool.get().await.unwrap();
+    let letters = eventually(
+        Duration::from_secs(20),
+        "six dead letters in the ledger",
+        || async {
+            let mut c = r.db.pool.get().await.unwrap();
+            let l = briefrail::ledger::dead_letters::list(&mut c, false, 20)
+                .await
+                .unwrap();
+            (l.len() == 6).then_some(l)
+        },
+    )
+    .await;
+    let (keyed, quoted): (Vec<_>, Vec<_>) =
+        letters.iter().partition(|d| d.routing_key_hex.is_some());
+    assert_eq!((keyed.len(), quoted.len()), (3, 3), "{letters:?}");
+    for d in &keyed {
+        assert_eq!(d.routing_key, "document.uploaded\\u{0}forged");
+        assert_eq!(
+            d.routing_key_hex.as_deref(),
+            Some(hex(key.as_bytes()).as_str()),
+            "the raw routing key is kept"
+        );
+    }
+    for d in &quoted {
+        assert!(d.reason.contains("\\u{0}"), "the NUL escaped: {}", d.reason);
+        assert!(
+            d.body_text.contains("oops"),
+            "the body kept: {}",
+            d.body_text
+        );
+    }
+    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 6);
+    assert_eq!(get(&r.opts.metrics.counters.dead_letters_unrecorded), 0);
+    assert_eq!(get(&r.opts.metrics.counters.consumer_sessions_ended), 0);
+    // The session survived: a real upload is consumed and served at once.
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let _relay = Relay::new(r.opts.clone()).start();
+    until_served(
+        &r.db,
+        firm,
+        matter,
+        Duration::from_secs(5),
+        "a real upload after the NUL messages",
+    )
+    .await;
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -267,6 +267,9 @@ pub async fn search(
             "a search is at most 200 characters".into(),
         ));
     }
+    if let Some(t) = &q.text {
+        super::text::refuse_nul("a search", t)?;
+    }
     let limit = q.limit.clamp(1, 500);
     let mut rows: Vec<MatterListing> = diesel::sql_query(format!(
         "SELECT * FROM (

@@ -8,6 +8,8 @@
 //! its event id, checked against the outbox row). A message refused again stays open with the
 //! new reason.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Bool, Bytea, Integer, Nullable, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
@@ -15,6 +17,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::inbox::{self, Applied, EventEnvelope};
+use super::text;
 use crate::error::{Error, Result};
 
 /// The most of a refused message's body the ledger keeps (a nudge is ~250 bytes).
@@ -34,27 +37,38 @@ pub struct Refusal<'a> {
 }
 
 /// **record** a refusal. Returns the dead letter's id.
+///
+/// Everything here came off the wire, so every text is made [storable](text::storable) (a NUL
+/// would make Postgres refuse the row, and the refusal would be lost with it); the routing
+/// key's raw bytes are kept beside it when the escape changed it, the body's always.
 pub async fn record(conn: &mut AsyncPgConnection, r: &Refusal<'_>) -> Result<Uuid> {
     let id = Uuid::new_v4();
     let kept = &r.body[..r.body.len().min(MAX_KEPT_BODY)];
+    let routing_key = text::storable(r.routing_key);
+    let raw_key = matches!(routing_key, Cow::Owned(_)).then_some(r.routing_key.as_bytes());
     diesel::sql_query(
-        "INSERT INTO ops.dead_letters (dead_letter_id, consumer, event_id, routing_key, body,
-                                       body_truncated, traceparent, reason, node_id, refused_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ops.now())",
+        "INSERT INTO ops.dead_letters (dead_letter_id, consumer, event_id, routing_key,
+                                       routing_key_bytes, body, body_truncated, traceparent,
+                                       reason, node_id, refused_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, ops.now())",
     )
     .bind::<SqlUuid, _>(id)
-    .bind::<Text, _>(r.consumer)
+    .bind::<Text, _>(text::storable(r.consumer))
     .bind::<Nullable<SqlUuid>, _>(r.event_id)
-    .bind::<Text, _>(r.routing_key)
+    .bind::<Text, _>(&routing_key)
+    .bind::<Nullable<Bytea>, _>(raw_key)
     .bind::<Bytea, _>(kept)
     .bind::<Bool, _>(kept.len() < r.body.len())
-    .bind::<Nullable<Text>, _>(r.traceparent)
-    .bind::<Text, _>(crate::error::clip(r.reason, 4000))
-    .bind::<Text, _>(r.node_id)
+    .bind::<Nullable<Text>, _>(r.traceparent.map(text::storable))
+    .bind::<Text, _>(text::storable_within(r.reason, MAX_REASON))
+    .bind::<Text, _>(text::storable(r.node_id))
     .execute(conn)
     .await?;
     Ok(id)
 }
+
+/// The most of a refusal's reason the ledger keeps.
+const MAX_REASON: usize = 4000;
 
 /// A dead letter as the console lists it.
 #[derive(Debug, Clone, Serialize, diesel::QueryableByName)]
@@ -65,8 +79,12 @@ pub struct DeadLetter {
     pub consumer: String,
     #[diesel(sql_type = Nullable<SqlUuid>)]
     pub event_id: Option<Uuid>,
+    /// The routing key as text (a NUL shown `\u{0}`, control characters as `\u{..}`).
     #[diesel(sql_type = Text)]
     pub routing_key: String,
+    /// The routing key's raw bytes in hex, when the text had to be escaped to be stored.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub routing_key_hex: Option<String>,
     /// The body as text for a person (bytes above 0x7f and NULs as `\nnn`, control
     /// characters as `\u{..}`).
     #[diesel(sql_type = Text)]
@@ -88,6 +106,7 @@ pub struct DeadLetter {
 }
 
 const COLUMNS: &str = "dead_letter_id, consumer, event_id, routing_key,
+    encode(routing_key_bytes, 'hex') AS routing_key_hex,
     encode(body, 'escape') AS body_text, body_truncated, reason, node_id, refused_at,
     replays, resolved_at, resolution";
 
@@ -211,7 +230,7 @@ pub async fn replay(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Replayed> 
               WHERE dead_letter_id = $1",
         )
         .bind::<SqlUuid, _>(id)
-        .bind::<Nullable<Text>, _>(reason)
+        .bind::<Nullable<Text>, _>(reason.map(|r| text::storable_within(r, MAX_REASON)))
         .bind::<Bool, _>(resolve)
         .execute(tx)
         .await?;

@@ -25,7 +25,9 @@ pub struct NewDocument {
     pub body: String,
 }
 
+/// Typed text the record keeps: not blank, and storable (no NUL: see [`super::text`]).
 fn non_empty(what: &str, s: &str) -> Result<()> {
+    super::text::refuse_nul(what, s)?;
     if s.trim().is_empty() {
         Err(Error::InvalidInput(format!("{what} must not be empty")))
     } else {
@@ -67,12 +69,12 @@ pub async fn create_matter(
 /// Adds a document to a live matter (`document.uploaded`).
 pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Result<Uuid> {
     non_empty("title", &doc.title)?;
-    non_empty("document text", &doc.body)?;
     if doc.body.contains('\0') {
         return Err(Error::InvalidInput(
             "document text contains a NUL byte (is it a binary file?)".into(),
         ));
     }
+    non_empty("document text", &doc.body)?;
     let event = NewEvent::new(doc.firm_id, doc.matter_id, EventName::DOCUMENT_UPLOADED)?
         .payload(serde_json::json!({ "document_id": doc.document_id }));
     conn.transaction(async move |tx| {

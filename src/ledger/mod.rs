@@ -21,6 +21,7 @@
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
 //! * [`reads`]: what operators and tests look at.
 //! * [`retention`]: what the sweeper removes once no guarantee needs it.
+//! * [`text`]: text from outside made storable (Postgres `text` refuses NUL).
 //! * [`console`], [`presence`], [`dead_letters`], [`sessions`]: what the operator console
 //!   reads and does (matter states, retry; nodes; refused messages; browser sessions).
 //!
@@ -43,6 +44,7 @@ pub mod retention;
 pub mod sessions;
 mod sql;
 pub mod states;
+pub mod text;
 pub mod transitions;
 
 pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};

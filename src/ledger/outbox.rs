@@ -134,7 +134,8 @@ pub async fn mark_failed(
         diesel::update(o::domain_event_outbox.filter(o::event_id.eq_any(event_ids)))
             .set((
                 o::publish_attempts.eq(o::publish_attempts + 1),
-                o::last_error.eq(error),
+                // A broker's reply may quote raw bytes: stored escaped (see `text`).
+                o::last_error.eq(super::text::storable(error)),
                 o::next_attempt_at.eq(backoff),
             ))
             .execute(conn)

@@ -69,7 +69,8 @@ diesel::define_sql_function! {
     fn record_fenced(run_id: SqlUuid, error: Text) -> Bool;
 }
 
-/// Run errors are for operators; a runaway stderr must not bloat the ledger.
-pub(super) fn bounded(s: &str) -> &str {
-    crate::error::clip(s, 4000)
+/// Run errors are for operators; a runaway stderr must not bloat the ledger, and a NUL in it
+/// must not make the ledger refuse the failure (see [`super::text`]).
+pub(super) fn bounded(s: &str) -> String {
+    super::text::storable_within(s, 4000)
 }

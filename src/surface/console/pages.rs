@@ -626,7 +626,11 @@ pub async fn dead_letters_page(
                     .event_id
                     .map(|e| e.to_string())
                     .unwrap_or_else(|| "-".into()),
-                routing_key: d.routing_key.clone(),
+                // The escaped text, and the bytes it stands for when it had to be escaped.
+                routing_key: match &d.routing_key_hex {
+                    Some(hex) => format!("{} (bytes: {hex})", d.routing_key),
+                    None => d.routing_key.clone(),
+                },
                 body: crate::error::clip(&d.body_text, 2000).to_owned(),
                 replays: d.replays,
                 node_id: d.node_id.clone(),

@@ -74,6 +74,7 @@ impl Actor for TriggerConsumer {
                     let result = session(&opts, &nudges, declared).await;
                     declared = false;
                     if let Err(e) = result {
+                        Metrics::inc(&opts.metrics.counters.consumer_sessions_ended);
                         tracing::warn!(error = %e, "consumer: session ended");
                     }
                     let pause = wait.after(started.elapsed());
@@ -301,11 +302,40 @@ impl Session<'_> {
         first_error.or(acked.err()).map_or(Ok(()), Err)
     }
 
-    /// [`dead_letter`]s the delivery; once it is acked on its own it no longer holds back the
-    /// acks above it. On failure the caller decides (the session ends, or the delivery is
-    /// [left unacked](AckWindow::leave_unacked)).
+    /// Dead-letters the delivery: first into the ledger (what the console lists and
+    /// replays), then to the dead-letter exchange, then the ack; once acked on its own it no
+    /// longer holds back the acks above it.
+    ///
+    /// The ledger's refusal of one dead letter never ends the session: an unreachable ledger is
+    /// waited for in place (the delivery stays unacked, other batches' acks go on), any other
+    /// failure is tried [`RECORD_ATTEMPTS`] times; then the message goes to the dead-letter
+    /// queue alone, its header saying why the ledger does not have it, with an error line and
+    /// `briefrail_dead_letters_unrecorded_total`. (Ending the session instead made the broker
+    /// redeliver it to the next session, and the next, each reconnect waiting longer, while
+    /// every other message queued behind it.) Only a broker failure is returned; the caller
+    /// decides (the session ends, or the delivery is [left unacked](AckWindow::leave_unacked)).
     async fn dead_letter(&self, d: &Delivery, reason: &str) -> Result<()> {
-        dead_letter(self.opts, self.dead, d, reason).await?;
+        let mut attempts = 0u32;
+        let recorded = self
+            .when_possible(
+                "record the dead letter",
+                |e| {
+                    attempts += 1;
+                    out_of_reach(e) || (!e.is_permanent() && attempts < RECORD_ATTEMPTS)
+                },
+                || record_dead_letter(self.opts, d, reason),
+            )
+            .await;
+        let unrecorded = match recorded {
+            Ok(()) => None,
+            Err(e) => {
+                Metrics::inc(&self.opts.metrics.counters.dead_letters_unrecorded);
+                tracing::error!(error = %e, %reason, routing_key = %d.routing_key,
+                                "the ledger refused a dead letter: it is kept in the dead-letter queue only");
+                Some(e.to_string())
+            }
+        };
+        publish_dead_letter(self.opts, self.dead, d, reason, unrecorded.as_deref()).await?;
         self.window().settled_alone(d.delivery_tag);
         Ok(())
     }
@@ -339,25 +369,44 @@ impl Session<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Applies the deliveries, retrying in place (backing off up to 5 s) for as long as the
-    /// database answers "not now" (unreachable, a pool timeout, a lock timeout, a serialization
-    /// failure). The deliveries stay unacknowledged meanwhile, so nothing is lost if this node
-    /// dies, and they are never requeued for a transient reason: the quorum queue's delivery
-    /// limit counts only consumers that died on the message, and the dead-letter queue holds
-    /// only input nobody may believe. While it retries, other batches' acks do not wait behind
-    /// it ([`AckWindow::stall`]). Returns `Ok` or a permanent error.
+    /// Applies the deliveries, retrying in place for as long as the database answers "not now"
+    /// (unreachable, a pool timeout, a lock timeout, a serialization failure). The deliveries
+    /// stay unacknowledged meanwhile, so nothing is lost if this node dies, and they are never
+    /// requeued for a transient reason: the quorum queue's delivery limit counts only consumers
+    /// that died on the message, and the dead-letter queue holds only input nobody may
+    /// believe. Returns `Ok` or a permanent error.
     async fn apply_when_possible(&self, e: &[EventEnvelope]) -> Result<Vec<Applied>> {
+        self.when_possible(
+            "record the demand",
+            |err| !err.is_permanent(),
+            || apply(self.opts, e),
+        )
+        .await
+    }
+
+    /// Calls `call` until it succeeds or `again` says of its error that trying again is no
+    /// use, backing off up to 5 s between tries. While it waits, other batches' acks do not
+    /// wait behind it ([`AckWindow::stall`]).
+    async fn when_possible<T, Fut>(
+        &self,
+        what: &'static str,
+        mut again: impl FnMut(&Error) -> bool,
+        mut call: impl FnMut() -> Fut,
+    ) -> Result<T>
+    where
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let mut delays = crate::backoff::delays(Duration::from_millis(250), Duration::from_secs(5));
         let mut attempts = 0u32;
         let mut stalled = Stalled(None);
         loop {
-            match apply(self.opts, e).await {
-                Err(err) if !err.is_permanent() => {
+            match call().await {
+                Err(err) if again(&err) => {
                     attempts += 1;
                     // The first failure and then every tenth: a long outage does not flood
                     // the log.
                     if attempts == 1 || attempts % 10 == 0 {
-                        tracing::warn!(error = %err, attempts, "cannot record the demand yet; retrying in place");
+                        tracing::warn!(error = %err, attempts, "cannot {what} yet; retrying in place");
                     }
                     if stalled.0.is_none() {
                         let _in_order = self.acking.lock().await;
@@ -373,6 +422,26 @@ impl Session<'_> {
             }
         }
     }
+}
+
+/// How many times a dead letter the ledger answers with an error (not an outage) is tried
+/// before it is kept in the dead-letter queue only.
+pub const RECORD_ATTEMPTS: u32 = 5;
+
+/// Whether the ledger could not be asked at all (no connection, a connection lost): waiting is
+/// sure to help. A statement the database answered with an error is not this, whatever its
+/// kind: the same statement may be refused the same way for ever.
+fn out_of_reach(e: &Error) -> bool {
+    use diesel::result::{DatabaseErrorKind as K, Error as D};
+    matches!(
+        e,
+        Error::Connection(_)
+            | Error::Unreachable(_)
+            | Error::Database(D::DatabaseError(
+                K::ClosedConnection | K::UnableToSendCommand,
+                _
+            ))
+    )
 }
 
 /// Resumes the ack window when a batch that stalled stops retrying, however it stops.
@@ -468,35 +537,49 @@ async fn apply(opts: &AmqpOptions, e: &[EventEnvelope]) -> Result<Vec<Applied>> 
     inbox::apply_batch(&mut c, BRIEF_RAIL, e).await
 }
 
-/// Copies the message to the dead-letter exchange with the reason in a header, waits for the
-/// broker's confirm, then acks the original.
-async fn dead_letter(opts: &AmqpOptions, dead: &Channel, d: &Delivery, reason: &str) -> Result<()> {
-    tracing::warn!(%reason, routing_key = %d.routing_key, bytes = d.data.len(), "dead-lettering a message");
-    // First into the ledger (what the console lists and replays); a failure here leaves the
-    // delivery unacked, so it comes back rather than vanish.
+/// Files the refused delivery in the ledger (`ops.dead_letters`).
+async fn record_dead_letter(opts: &AmqpOptions, d: &Delivery, reason: &str) -> Result<()> {
     let traceparent = message::traceparent(&d.properties);
-    {
-        let mut conn = opts.pool.get().await?;
-        dead_letters::record(
-            &mut conn,
-            &dead_letters::Refusal {
-                consumer: BRIEF_RAIL,
-                event_id: message::named_event_id(&d.data),
-                routing_key: d.routing_key.as_str(),
-                body: &d.data,
-                traceparent: traceparent.as_deref(),
-                reason,
-                node_id: &opts.node_id,
-            },
-        )
-        .await?;
-    }
+    let mut conn = opts.pool.get().await?;
+    dead_letters::record(
+        &mut conn,
+        &dead_letters::Refusal {
+            consumer: BRIEF_RAIL,
+            event_id: message::named_event_id(&d.data),
+            routing_key: d.routing_key.as_str(),
+            body: &d.data,
+            traceparent: traceparent.as_deref(),
+            reason,
+            node_id: &opts.node_id,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Copies the message to the dead-letter exchange with the reason in a header (and, when the
+/// ledger refused it, why the ledger does not have it), waits for the broker's confirm, then
+/// acks the original.
+async fn publish_dead_letter(
+    opts: &AmqpOptions,
+    dead: &Channel,
+    d: &Delivery,
+    reason: &str,
+    unrecorded: Option<&str>,
+) -> Result<()> {
+    tracing::warn!(%reason, routing_key = %d.routing_key, bytes = d.data.len(), "dead-lettering a message");
     let mut headers = d.properties.headers().clone().unwrap_or_default();
     headers.insert(message::REASON.into(), AMQPValue::LongString(reason.into()));
     headers.insert(
         "x-briefrail-routing-key".into(),
         AMQPValue::LongString(d.routing_key.as_str().into()),
     );
+    if let Some(why) = unrecorded {
+        headers.insert(
+            message::UNRECORDED.into(),
+            AMQPValue::LongString(why.into()),
+        );
+    }
     let props = d.properties.clone().with_headers(headers);
     let confirm = dead
         .basic_publish(

@@ -14,6 +14,9 @@ pub const MAX_BODY: usize = 16 * 1024;
 pub const TRACEPARENT: &str = "traceparent";
 /// Header a dead-lettered message carries: why it was refused.
 pub const REASON: &str = "x-briefrail-reason";
+/// Header of a dead letter the ledger refused to file: why (the copy in the dead-letter queue
+/// is then the only one).
+pub const UNRECORDED: &str = "x-briefrail-unrecorded";
 
 /// The body and properties to publish for an event.
 pub fn encode(e: &EventEnvelope) -> (Vec<u8>, BasicProperties) {

@@ -1,0 +1,1 @@
+ALTER TABLE ops.dead_letters DROP COLUMN routing_key_bytes;
