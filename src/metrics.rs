@@ -87,6 +87,8 @@ metric_set! {
         builds_running => "Matters with a build in flight (any node)",
         matters_failed => "Matters whose last build failed with demand unserved",
         events_stranded => "Events republished to the cap and still not consumed: facts that may be missing from a Brief",
+        facts_owed => "Published facts recorded over 30 s ago the trigger has not consumed: their matters show as owed, not fresh",
+        oldest_owed_fact_seconds => "Age of the oldest published fact the trigger has not consumed after 30 s (0: none)",
         retention_oldest_event_seconds => "Age of the oldest outbox event kept",
         retention_oldest_run_seconds => "Age of the oldest run kept",
         /// Whether this node could read the ledger for these gauges.
@@ -211,6 +213,8 @@ mod tests {
             "briefrail_builds_running",
             "briefrail_matters_failed",
             "briefrail_events_stranded",
+            "briefrail_facts_owed",
+            "briefrail_oldest_owed_fact_seconds",
             "briefrail_ledger_up",
         ] {
             assert!(

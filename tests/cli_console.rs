@@ -130,7 +130,7 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
         2,
     );
     assert!(
-        bad.contains("fresh, unserved, running, failed, retries_exhausted, archived"),
+        bad.contains("fresh, owed, unserved, running, failed, retries_exhausted, archived"),
         "{bad}"
     );
 

@@ -480,7 +480,7 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
     let (status, bad) = get(base, &cookie, "/matters?state=stuck").await;
     assert_eq!(status, 400);
     assert!(
-        bad.contains("fresh, unserved, running, failed, retries_exhausted, archived"),
+        bad.contains("fresh, owed, unserved, running, failed, retries_exhausted, archived"),
         "{bad}"
     );
 
@@ -873,7 +873,7 @@ fn all_served(seen: &[(bool, String)]) -> bool {
 async fn a_session_opened_without_the_token_opens_no_node_that_has_one() {
     // Two nodes on one ledger: one without a token (it opens sessions by itself on
     // loopback), one with a token.
-    let db = TestDb::new(8).await.unwrap();
+    let db = TestDb::new(16).await.unwrap();
     let (open_node, open_base, _) = node_on(&db, "").await;
     let (guarded, guarded_base, _) = node_on(&db, TOKEN).await;
     let firm = Uuid::new_v4();
@@ -907,7 +907,7 @@ async fn a_session_opened_without_the_token_opens_no_node_that_has_one() {
 
 #[actix_rt::test]
 async fn a_token_change_revokes_every_session_opened_under_the_old_one() {
-    let db = TestDb::new(8).await.unwrap();
+    let db = TestDb::new(16).await.unwrap();
     let firm = Uuid::new_v4();
     let matter = matter_with_documents(&db, firm, "Kent v. Luthor", &[]).await;
     // A session opened before any token was configured...

@@ -1612,3 +1612,54 @@ async fn messages_with_nul_bytes_are_dead_lettered_and_the_trigger_keeps_serving
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A fact published but not consumed (here: the consumer stopped) is owed once it is older
+/// than `OWED_AFTER`: its matter, whose every recorded demand is served, reads `owed`, never
+/// `fresh`, and the gauges count it; once the trigger consumes it the matter is no longer owed.
+#[actix_rt::test]
+async fn a_published_fact_the_trigger_has_not_consumed_is_owed_not_fresh() {
+    use briefrail::ledger::console::{self, MatterState, OWED_AFTER};
+    let r = rig(Duration::from_secs(600)).await;
+    let consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let _relay = Relay::new(r.opts.clone()).start();
+    until_served(&r.db, firm, matter, Duration::from_secs(20), "the matter").await;
+    let state = async || {
+        let mut c = r.db.pool.get().await.unwrap();
+        console::state_of(&mut c, firm, matter, 3).await.unwrap()
+    };
+    assert_eq!(state().await, Some(MatterState::Fresh));
+    consumer.send(briefrail::transport::Stop).await.unwrap();
+    let event = facts::request_brief(&mut c, firm, matter).await.unwrap();
+    eventually(Duration::from_secs(20), "the request published", || async {
+        let n = count(
+            &r.db,
+            &format!(
+                "SELECT count(*) AS n FROM ops.domain_event_outbox
+                  WHERE event_id = '{event}' AND published_at IS NOT NULL"
+            ),
+        )
+        .await;
+        (n == 1).then_some(())
+    })
+    .await;
+    assert_eq!(state().await, Some(MatterState::Fresh), "not owed yet");
+    r.db.advance_ledger_clock(OWED_AFTER + Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(state().await, Some(MatterState::Owed));
+    let g = reads::gauges(&mut c).await.unwrap();
+    assert_eq!(g.owed_facts, 1, "{g:?}");
+    assert!(g.oldest_owed_seconds > OWED_AFTER.as_secs_f64(), "{g:?}");
+    // The trigger back: consumed, the matter is built again and no longer owed.
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    eventually(Duration::from_secs(20), "the fact consumed", || async {
+        (state().await != Some(MatterState::Owed)).then_some(())
+    })
+    .await;
+    assert_eq!(reads::gauges(&mut c).await.unwrap().owed_facts, 0);
+}

@@ -1,1 +1,1 @@
-ALTER TABLE ops.dead_letters DROP COLUMN routing_key_bytes;
+ALTER TABLE ops.dead_letters DROP COLUMN IF EXISTS routing_key_bytes;

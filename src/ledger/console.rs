@@ -21,6 +21,10 @@ use crate::error::{Error, Result};
 pub enum MatterState {
     /// Every demand is served: the Brief reflects every fact recorded so far.
     Fresh,
+    /// Every demand recorded is served, but a fact of the matter was recorded over
+    /// [`OWED_AFTER`] ago and the trigger has not consumed it yet: the Brief may be missing it
+    /// (a stalled consumer, a lost message before reconcile republishes it). Never `fresh`.
+    Owed,
     /// Some demand is not served yet and nothing is building it right now (it will be).
     Unserved,
     /// A build holds the claim.
@@ -37,6 +41,7 @@ pub enum MatterState {
 impl MatterState {
     pub const ALL: &'static [MatterState] = &[
         MatterState::Fresh,
+        MatterState::Owed,
         MatterState::Unserved,
         MatterState::Running,
         MatterState::Failed,
@@ -47,6 +52,7 @@ impl MatterState {
     pub fn as_str(self) -> &'static str {
         match self {
             MatterState::Fresh => "fresh",
+            MatterState::Owed => "owed",
             MatterState::Unserved => "unserved",
             MatterState::Running => "running",
             MatterState::Failed => "failed",
@@ -59,6 +65,7 @@ impl MatterState {
     pub fn label(self) -> &'static str {
         match self {
             MatterState::Fresh => "fresh",
+            MatterState::Owed => "owed",
             MatterState::Unserved => "unserved",
             MatterState::Running => "running",
             MatterState::Failed => "failed, retrying",
@@ -88,19 +95,47 @@ impl std::str::FromStr for MatterState {
     }
 }
 
+/// How long a recorded fact may go unconsumed by the trigger before its matter is [owed]
+/// (`MatterState::Owed`) rather than fresh, and before `briefrail_facts_owed` counts it: longer
+/// than a healthy rail takes to publish and consume one under load, shorter than the
+/// reconcile's first republication, so a stall shows before reconcile repairs it.
+///
+/// [owed]: MatterState::Owed
+pub const OWED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The state of `m` (record.matters) and `j` (its job row, LEFT JOINed), given
-/// `retry.max_attempts` as `$1`. The one definition; see [`MatterState`]. A claim whose lease
+/// `retry.max_attempts` as `$1`. The one definition; see [`MatterState`]. A matter whose demands
+/// are served is `owed`, not `fresh`, while a fact of it recorded over [`OWED_AFTER`] ago is
+/// unconsumed by the trigger (consumer `brief-rail`). A claim whose lease
 /// has passed (its node died) is `failed`: the sweep is about to record it so.
 pub const STATE_SQL: &str = "CASE
       WHEN m.archived_at IS NOT NULL THEN 'archived'
       WHEN j.firm_id IS NULL THEN 'unserved'
       WHEN j.run_status = 'running' AND j.lease_expires_at >= ops.now() THEN 'running'
       WHEN j.run_status = 'running' THEN 'failed'
+      WHEN j.landed_generation >= j.requested_generation
+           AND EXISTS (SELECT 1 FROM ops.domain_event_outbox o
+                        WHERE o.firm_id = j.firm_id AND o.matter_id = j.matter_id
+                          AND o.created_at < ops.now() - interval '30 seconds'
+                          AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
+                                           WHERE c.consumer = 'brief-rail'
+                                             AND c.event_id = o.event_id)) THEN 'owed'
       WHEN j.landed_generation >= j.requested_generation THEN 'fresh'
       WHEN j.run_status = 'failed' AND j.consecutive_failures >= $1 THEN 'retries_exhausted'
       WHEN j.run_status = 'failed' THEN 'failed'
       ELSE 'unserved'
     END";
+
+/// What an owed matter means and what to look at (`status` says it; the overview the same).
+pub fn owed_advice() -> String {
+    format!(
+        "owed: a fact of this matter was recorded over {} s ago and the trigger has not consumed \
+         it, so the Brief may be missing it; look at the trigger consumer (briefrail_consumer_\
+         sessions_ended_total, the node's log), the broker's queue and dead-letter queue; \
+         reconcile republishes it after reconcile.after_seconds",
+        OWED_AFTER.as_secs()
+    )
+}
 
 /// What to do about a matter out of retries (`status` and the node's log say these words; the matter's page the same in HTML).
 pub fn exhausted_advice(firm: Uuid, matter: Uuid, max_attempts: u32) -> String {
@@ -438,4 +473,15 @@ pub async fn retry(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_sql_names_the_trigger_and_the_owed_threshold() {
+        assert!(STATE_SQL.contains(&format!("c.consumer = '{BRIEF_RAIL}'")));
+        assert!(STATE_SQL.contains(&format!("interval '{} seconds'", OWED_AFTER.as_secs())));
+    }
 }

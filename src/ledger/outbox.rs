@@ -231,6 +231,10 @@ impl LeasedRow {
     }
 }
 
+/// How far back reconciliation looks for published events the trigger never consumed, and
+/// `briefrail_facts_owed` with it (the `published_at` index bounds both scans).
+pub const RECONCILE_WINDOW: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
 /// After this many republications an unconsumed event is left alone and reported as stranded
 /// (`briefrail_events_stranded`, the status page, an error log line) until an operator
 /// republishes it (`briefrail outbox republish-stranded`, [`republish_stranded`]).

@@ -182,6 +182,14 @@ pub struct LedgerGauges {
     /// still has not consumed: facts that may be missing from a Brief. Alert on any.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub stranded_events: i64,
+    /// Published facts recorded over [`super::console::OWED_AFTER`] ago that the trigger has
+    /// not consumed: facts a Brief may be missing while its matter looks served. Alert on a
+    /// value that stays above 0.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub owed_facts: i64,
+    /// Age of the oldest of them (0: none): how long the longest-waiting upload has waited.
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub oldest_owed_seconds: f64,
     /// Age of the oldest outbox row kept (0: none): what retention.events_days bounds, apart
     /// from unpublished and unconsumed facts, which are never removed.
     #[diesel(sql_type = diesel::sql_types::Double)]
@@ -208,13 +216,25 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
              WHERE e.republish_count >= $1 AND e.published_at IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
                                 WHERE c.consumer = $2 AND c.event_id = e.event_id)) AS stranded_events,
+           owed.n AS owed_facts, owed.oldest AS oldest_owed_seconds,
            coalesce((SELECT extract(epoch FROM ops.now() - created_at)::float8
                        FROM ops.domain_event_outbox ORDER BY seq LIMIT 1), 0) AS oldest_event_seconds,
            coalesce((SELECT extract(epoch FROM ops.now() - started_at)::float8
-                       FROM ops.matter_frame_runs ORDER BY started_at LIMIT 1), 0) AS oldest_run_seconds",
+                       FROM ops.matter_frame_runs ORDER BY started_at LIMIT 1), 0) AS oldest_run_seconds
+         FROM (SELECT count(*) AS n,
+                      coalesce(extract(epoch FROM ops.now() - min(e.created_at))::float8, 0) AS oldest
+                 FROM ops.domain_event_outbox e
+                -- Published ones only (the unpublished are the outbox backlog's), within the
+                -- reconcile window: the published_at index bounds the scan.
+                WHERE e.published_at > ops.now() - make_interval(secs => $4)
+                  AND e.created_at < ops.now() - make_interval(secs => $3)
+                  AND NOT EXISTS (SELECT 1 FROM ops.consumed_events c
+                                   WHERE c.consumer = $2 AND c.event_id = e.event_id)) owed",
     )
     .bind::<diesel::sql_types::Integer, _>(super::outbox::REPUBLISH_CAP)
     .bind::<diesel::sql_types::Text, _>(super::models::BRIEF_RAIL)
+    .bind::<diesel::sql_types::Double, _>(super::console::OWED_AFTER.as_secs_f64())
+    .bind::<diesel::sql_types::Double, _>(super::outbox::RECONCILE_WINDOW.as_secs_f64())
     .get_result(conn)
     .await?)
 }

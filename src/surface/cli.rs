@@ -498,6 +498,9 @@ async fn status(
         println!("{text}");
     } else {
         println!("state: {}", state.label());
+        if state == console::MatterState::Owed {
+            println!("{}", console::owed_advice());
+        }
         if state == console::MatterState::RetriesExhausted {
             println!(
                 "{}",

@@ -275,6 +275,8 @@ async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     l.builds_running.set(g.running_builds as f64);
     l.matters_failed.set(g.failed_matters as f64);
     l.events_stranded.set(g.stranded_events as f64);
+    l.facts_owed.set(g.owed_facts as f64);
+    l.oldest_owed_fact_seconds.set(g.oldest_owed_seconds);
     l.retention_oldest_event_seconds.set(g.oldest_event_seconds);
     l.retention_oldest_run_seconds.set(g.oldest_run_seconds);
     HttpResponse::Ok()

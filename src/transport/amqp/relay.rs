@@ -24,8 +24,7 @@ use crate::ledger::outbox;
 use crate::metrics::Metrics;
 use crate::transport::postgres::outbox_listener;
 
-/// How far back reconciliation looks for published events the trigger never consumed.
-pub const RECONCILE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+pub use crate::ledger::outbox::RECONCILE_WINDOW;
 
 /// How long a relay may hold rows it is publishing before another relay may take them.
 pub const PUBLISH_LEASE: Duration = Duration::from_secs(30);
