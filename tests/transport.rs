@@ -1181,10 +1181,10 @@ async fn a_dead_letter_that_fails_does_not_strand_the_rest_of_its_batch() {
     eventually(
         Duration::from_secs(20),
         "the forgery in the dead-letter queue only",
-        || async { (get(&r.opts.metrics.counters.dead_letters_unrecorded) == 1).then_some(()) },
+        || async { (get(&r.opts.metrics.counters.dead_lettered) == 1).then_some(()) },
     )
     .await;
-    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 1);
+    assert_eq!(get(&r.opts.metrics.counters.dead_letters_unrecorded), 1);
     let why = next_dead_letter_header(&ch, &r.scope, message::UNRECORDED).await;
     assert!(why.contains("this test refuses every dead letter"), "{why}");
     assert_eq!(
