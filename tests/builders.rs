@@ -128,6 +128,16 @@ async fn run_once(
     tweak: impl FnOnce(&mut Settings),
 ) -> RunRow {
     let (firm, matter) = matter_with_documents(db).await;
+    run_on(db, (firm, matter), builder, tweak).await
+}
+
+/// One build of the matter by a node with `builder`; its run once finished.
+async fn run_on(
+    db: &TestDb,
+    (firm, matter): (Uuid, Uuid),
+    builder: Arc<dyn Builder>,
+    tweak: impl FnOnce(&mut Settings),
+) -> RunRow {
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
     s.trigger.debounce_ms = 10;
@@ -312,6 +322,82 @@ async fn a_fenced_command_build_has_its_child_killed() {
     assert!(fenced.error.unwrap_or_default().contains("heartbeat"));
     child_gone(&pid).await;
     std::fs::remove_file(pidfile).ok();
+}
+
+/// A context over the pipe's buffer (a 300 KB document) to a program that writes as it reads
+/// (`cat`): the node must read stdout while it writes stdin, or both block until the timeout.
+#[actix_rt::test]
+async fn a_streaming_command_given_a_context_larger_than_a_pipe_lands() {
+    let db = TestDb::new(8).await.unwrap();
+    let (firm, matter) = matter_with_documents(&db).await;
+    let mut c = db.pool.get().await.unwrap();
+    let sentence = "The witness recalls the shipment arriving late in March. ";
+    facts::add_document(
+        &mut c,
+        NewDocument {
+            document_id: Uuid::new_v4(),
+            firm_id: firm,
+            matter_id: matter,
+            title: "Deposition transcript".into(),
+            dated: None,
+            body: sentence.repeat(300_000 / sentence.len()),
+        },
+    )
+    .await
+    .unwrap();
+    let run = run_on(&db, (firm, matter), sh("cat"), |s| {
+        s.builder.timeout_seconds = 20.0
+    })
+    .await;
+    assert_eq!(run.outcome, RunOutcome::Landed, "{:?}", run.error);
+    let frame = reads::latest_frame(&mut c, firm, matter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(frame.body["documents"].as_array().unwrap().len(), 5);
+}
+
+#[actix_rt::test]
+async fn a_command_printing_more_than_the_frame_limit_fails_naming_it() {
+    let db = TestDb::new(8).await.unwrap();
+    let run = run_once(
+        &db,
+        sh("cat >/dev/null; printf '{\"x\": \"'; yes a | tr -d '\\n' | head -c 40000000; printf '\"}'"),
+        |s| s.builder.timeout_seconds = 60.0,
+    )
+    .await;
+    assert_eq!(run.outcome, RunOutcome::Failed);
+    let e = run.error.unwrap();
+    assert!(e.contains("more than") && e.contains("MiB"), "{e}");
+}
+
+/// A wrapper script's own children (the real model process) end with the build: the child runs
+/// in its own process group, which gets TERM and, after a grace, KILL.
+#[actix_rt::test]
+async fn a_timed_out_command_build_ends_its_grandchildren_too() {
+    let db = TestDb::new(8).await.unwrap();
+    for (what, grandchild) in [
+        ("a grandchild", "sleep 600"),
+        (
+            "a grandchild that ignores TERM",
+            "sh -c 'trap \"\" TERM; while :; do sleep 0.1; done'",
+        ),
+    ] {
+        let pidfile =
+            std::env::temp_dir().join(format!("briefrail-grandchild-{}", Uuid::new_v4().simple()));
+        let script = format!(
+            "cat >/dev/null; {grandchild} & echo $! > {}; wait",
+            pidfile.display()
+        );
+        let run = run_once(&db, sh(&script), |s| s.builder.timeout_seconds = 0.5).await;
+        assert_eq!(run.outcome, RunOutcome::Failed, "{what}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+        eventually(Duration::from_secs(10), what, || async {
+            (!running(&pid)).then_some(())
+        })
+        .await;
+        std::fs::remove_file(pidfile).ok();
+    }
 }
 
 #[actix_rt::test]
