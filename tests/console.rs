@@ -95,12 +95,15 @@ async fn log_in(base: &str) -> (String, String) {
 }
 
 async fn log_in_with(base: &str, token: &str) -> (String, String) {
-    let r = client()
+    let mut r = client()
         .post(format!("{base}/login"))
         .send_form(&[("token", token), ("next", "/")])
         .await
         .unwrap();
-    assert_eq!(r.status(), 303);
+    if r.status() != 303 {
+        let status = r.status();
+        panic!("login answered {status}, not 303: {}", body(&mut r).await);
+    }
     let set = header(&r, "set-cookie");
     let cookie = set.split(';').next().unwrap().to_owned();
     let mut r = client()

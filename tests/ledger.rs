@@ -2139,6 +2139,39 @@ async fn the_pool_hands_out_the_session_returned_last() {
     }
 }
 
+/// A connection first opened inside another runtime (an actix-web worker thread opens one on
+/// its first request) has its driver on that runtime; when the runtime ends (the HTTP server
+/// stops, a worker restarts), the connection stays idle in the pool but is closed. The pool
+/// must not hand it out: a node stopped inside a larger process, or its own drain on
+/// shutdown, would otherwise fail with "connection closed".
+#[tokio::test]
+async fn a_connection_whose_runtime_ended_is_never_handed_out() {
+    let db = TestDb::new(1).await.unwrap();
+    let pool = briefrail::db::connect(&briefrail::db::PoolOptions::new(db.url.clone()).size(1))
+        .await
+        .unwrap();
+    let elsewhere = pool.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut c = elsewhere.get().await.unwrap();
+            backend_pid(&mut c).await
+        })
+    })
+    .join()
+    .unwrap();
+    let mut c = pool.get().await.unwrap();
+    let live: Result<i32, _> = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
+        "pg_backend_pid()",
+    ))
+    .get_result(&mut *c)
+    .await;
+    assert!(live.is_ok(), "a closed connection was handed out: {live:?}");
+}
+
 /// The relay's lease writes a new version of each row it leases (`next_attempt_at`), and the
 /// outbox's pages keep room for it (migration 000019, `fillfactor = 50`): every leased row (as
 /// the library writes them) is rewritten on its own page (a HOT update), so a lease inserts

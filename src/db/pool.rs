@@ -3,8 +3,14 @@
 //! Every connection sets `lock_timeout` and `idle_in_transaction_session_timeout`
 //! (docs/protocol.md, principle 5): a process that stalls while holding a row lock (a SIGSTOPped
 //! node, a commit that hangs) is cut off by Postgres instead of freezing its matter.
-//! Connections are not pinged on checkout (a round trip per statement); a broken one surfaces
-//! as an error on use and is then discarded by the pool.
+//! Connections are not pinged on checkout (a round trip per statement). A checkout does look,
+//! without a round trip, at whether a connection is already closed ([`Manager`]): its driver
+//! task runs on the runtime that opened it, so a connection first opened inside an actix-web
+//! worker closes when that worker's runtime ends (the HTTP server stops, a worker restarts),
+//! and one whose server ended it closes when its driver reads the end of the socket. Such a
+//! connection is dropped at checkout instead of failing the statement it was handed out for
+//! (a drain on shutdown, an embedder's own work after a node stopped). A connection that breaks
+//! while in use surfaces as an error on that use and is then discarded by the pool.
 //!
 //! A checkout takes the connection returned last (a LIFO queue, not bb8's default FIFO): a
 //! session compiles each PL/pgSQL transition on its first call and keeps its plans and catalog
@@ -19,7 +25,9 @@
 use std::time::Duration;
 
 use diesel::ConnectionError;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, PoolError, PoolableConnection,
+};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use futures_util::FutureExt;
 
@@ -27,8 +35,36 @@ use crate::config::DatabaseSettings;
 use crate::error::Result;
 use crate::secret::SecretUrl;
 
-pub type Pool = bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
-pub type Conn<'a> = bb8::PooledConnection<'a, AsyncDieselConnectionManager<AsyncPgConnection>>;
+pub type Pool = bb8::Pool<Manager>;
+pub type Conn<'a> = bb8::PooledConnection<'a, Manager>;
+
+/// diesel-async's bb8 manager, with a checkout check that costs no round trip: a connection
+/// that is closed, or whose transaction state is broken, is not handed out (see the module's
+/// doc for how a pooled connection closes while idle).
+pub struct Manager(AsyncDieselConnectionManager<AsyncPgConnection>);
+
+impl bb8::ManageConnection for Manager {
+    type Connection = AsyncPgConnection;
+    type Error = PoolError;
+
+    async fn connect(&self) -> std::result::Result<AsyncPgConnection, PoolError> {
+        self.0.connect().await
+    }
+
+    async fn is_valid(&self, conn: &mut AsyncPgConnection) -> std::result::Result<(), PoolError> {
+        if PoolableConnection::is_broken(conn) {
+            Err(PoolError::QueryError(
+                diesel::result::Error::BrokenTransactionManager,
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn has_broken(&self, conn: &mut AsyncPgConnection) -> bool {
+        self.0.has_broken(conn)
+    }
+}
 
 /// How to build a [`Pool`]; [`PoolOptions::from`] a [`DatabaseSettings`].
 #[derive(Debug, Clone)]
@@ -93,11 +129,15 @@ pub async fn connect(opts: &PoolOptions) -> Result<Pool> {
     let (lock, idle) = (opts.lock_timeout, opts.idle_in_transaction_timeout);
     let mut config = ManagerConfig::default();
     config.custom_setup = Box::new(move |url| establish(url, lock, idle).boxed());
-    let manager = AsyncDieselConnectionManager::new_with_config(opts.url.expose(), config);
+    let manager = Manager(AsyncDieselConnectionManager::new_with_config(
+        opts.url.expose(),
+        config,
+    ));
     let pool = bb8::Pool::builder()
         .max_size(opts.size)
         .queue_strategy(bb8::QueueStrategy::Lifo)
-        .test_on_check_out(false)
+        // The check is `Manager::is_valid`: local state only, no round trip.
+        .test_on_check_out(true)
         // Report a refused connection at once, with its reason, instead of a bare timeout.
         .retry_connection(false)
         .connection_timeout(opts.connection_timeout)
