@@ -563,3 +563,39 @@ async fn the_container_health_check_is_the_binary_itself_and_names_what_is_wrong
     assert!(stderr.contains("http.bind"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The binary `cargo build --release` (the README's, the Dockerfile's) builds carries no test
+/// hooks: the workspace's default members resolve `briefrail` without its `testing` feature.
+/// `tools` (the benchmark and the fault suite) turns it on, so it must not be a default member:
+/// cargo unifies features across the packages a command selects.
+#[test]
+fn a_release_build_resolves_the_crate_without_its_test_hooks() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "tree",
+            "--offline",
+            "--edges",
+            "normal,features",
+            "--invert",
+            "briefrail",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .expect("cargo tree runs");
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        tree.contains("briefrail feature \"default\""),
+        "cargo tree listed briefrail's features: {tree}"
+    );
+    assert!(
+        !tree.contains("briefrail feature \"testing\""),
+        "a default build turns on briefrail's test hooks:\n{tree}"
+    );
+}
