@@ -65,7 +65,7 @@ pub enum Error {
     /// The database could not be reached at all (a first connection refused, its credentials
     /// or its database name rejected): host, port and the cause the server or the OS gave.
     #[error(transparent)]
-    Unreachable(#[from] crate::db::reach::Unreachable),
+    Unreachable(#[from] crate::db::unreachable::Unreachable),
 
     /// The database lacks migrations of this binary (none applied yet, or a newer binary's
     /// pending): nothing may run statements its schema does not have.
@@ -313,19 +313,6 @@ pub(crate) fn list_versions(versions: &[String]) -> String {
         out.push_str(&format!(" and {} more", versions.len() - 3));
     }
     out
-}
-
-/// `s` cut to at most `max` bytes on a character boundary: error text kept on a run or written
-/// to a log line stays bounded however much a builder or a broker said.
-pub fn clip(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// `e` and every source under it, joined by `: `: how the edges (CLI, logs) report an error

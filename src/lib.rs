@@ -63,6 +63,7 @@ pub mod secret;
 pub mod surface;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod text;
 pub mod trace;
 pub mod transport;
 

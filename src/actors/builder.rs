@@ -468,12 +468,16 @@ enum Close<'a> {
     Fenced(&'a str),
 }
 
-/// Closes the claim, retrying a few times while the database is unreachable. Every call is
-/// fenced by token, so a retry can never close someone else's claim.
+/// How many times a claim's close is tried while the database is unreachable.
+const CLOSE_ATTEMPTS: usize = 4;
+
+/// Closes the claim, retrying a few times while the database is unreachable (the shared
+/// backoff, from 100 ms). Every call is fenced by token, so a retry can never close someone
+/// else's claim.
 async fn ledger_call(env: &BuildEnv, claim: &Claim, close: Close<'_>) -> crate::Result<()> {
-    let mut delay = Duration::from_millis(100);
+    let mut delays = crate::backoff::delays(Duration::from_millis(100), Duration::from_secs(1));
     let mut last = Error::internal("no attempt was made");
-    for _ in 0..4 {
+    for attempt in 1..=CLOSE_ATTEMPTS {
         let result = match env.pool.get().await {
             Ok(mut c) => match close {
                 Close::Fail { message, permanent } => {
@@ -490,8 +494,9 @@ async fn ledger_call(env: &BuildEnv, claim: &Claim, close: Close<'_>) -> crate::
             Err(e) if e.kind() == ErrorKind::Transient => last = e,
             other => return other,
         }
-        tokio::time::sleep(delay).await;
-        delay *= 2;
+        if attempt < CLOSE_ATTEMPTS {
+            tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(1))).await;
+        }
     }
     Err(last)
 }

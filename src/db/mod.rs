@@ -11,5 +11,6 @@ pub mod migrate;
 pub mod pool;
 pub mod prepared;
 pub mod reach;
+pub mod unreachable;
 
 pub use pool::{Conn, Pool, PoolOptions, connect};

@@ -87,7 +87,7 @@ pub async fn check(bind: &str, path: &str, timeout: Duration) -> Result<String, 
         .map_err(|_| timed_out())??;
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
     let status = head.lines().next().unwrap_or("").trim();
-    let body = crate::error::clip(body.trim(), 400).to_owned();
+    let body = crate::text::clip(body.trim(), 400).to_owned();
     // "HTTP/1.1 200 OK": the code is the second word.
     if status.split_whitespace().nth(1) == Some("200") {
         Ok(format!("{url} answered {status}: {body}"))

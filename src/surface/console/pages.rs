@@ -43,7 +43,7 @@ impl Chrome {
             csrf: viewer.csrf().to_owned(),
             can_log_out: viewer.session.is_some() && !state.settings.http.token.trim().is_empty(),
             notice: notice
-                .map(|n| crate::error::clip(n, 300).to_owned())
+                .map(|n| crate::text::clip(n, 300).to_owned())
                 .unwrap_or_default(),
         }
     }
@@ -637,7 +637,7 @@ pub async fn dead_letters_page(
                     Some(hex) => format!("{} (bytes: {hex})", d.routing_key),
                     None => d.routing_key.clone(),
                 },
-                body: crate::error::clip(&d.body_text, 2000).to_owned(),
+                body: crate::text::clip(&d.body_text, 2000).to_owned(),
                 replays: d.replays,
                 node_id: d.node_id.clone(),
                 resolution: match (&d.resolution, d.resolved_at) {

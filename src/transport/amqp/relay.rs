@@ -205,7 +205,7 @@ pub async fn mark(opts: &AmqpOptions, outcome: &BatchOutcome) -> Result<()> {
     }
     for (id, error) in &outcome.failed {
         // A broker's reply can be long (and carry raw bytes): one log line stays one line.
-        let error = crate::error::clip(error, 300);
+        let error = crate::text::clip(error, 300);
         tracing::warn!(event_id = %id, error, "publish failed; will retry with backoff");
         outbox::mark_failed(&mut c, &[*id], error).await?;
     }
