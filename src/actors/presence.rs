@@ -5,7 +5,6 @@
 //! and no guarantee depends on it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
 
@@ -67,7 +66,7 @@ impl Actor for Presence {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(Beat);
-        let every = Duration::from_secs_f64(self.node.settings.node.heartbeat_seconds);
+        let every = crate::config::seconds(self.node.settings.node.heartbeat_seconds);
         ctx.run_interval(every, |_, ctx| ctx.notify(Beat));
     }
 }

@@ -114,7 +114,7 @@ impl Actor for Sweeper {
         if !self.periodic {
             return;
         }
-        let every = Duration::from_secs_f64(self.node.settings.sweeper.interval_seconds);
+        let every = crate::config::seconds(self.node.settings.sweeper.interval_seconds);
         ctx.run_interval(every, |act, ctx| {
             let (node, nudges) = (act.node.clone(), act.nudges.clone());
             // `wait`: passes never overlap; a slow pass delays the next instead of piling up.
@@ -127,7 +127,7 @@ impl Actor for Sweeper {
                 .into_actor(act),
             );
         });
-        let every = Duration::from_secs_f64(self.node.settings.retention.interval_seconds);
+        let every = crate::config::seconds(self.node.settings.retention.interval_seconds);
         ctx.run_interval(every, |act, ctx| act.retain(ctx));
     }
 }

@@ -74,7 +74,7 @@ impl Actors {
             metrics: opts.metrics.clone(),
             node_id: node_id.clone(),
             heartbeat: settings.lease.heartbeat(),
-            timeout: Duration::from_secs_f64(settings.builder.timeout_seconds),
+            timeout: crate::config::seconds(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
             commits: Some(commits_in_batches(pool.clone(), lanes, BATCH_MAX)),
             capacity: Capacity::new(
