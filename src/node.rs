@@ -230,6 +230,12 @@ impl Node {
         self.actors.lookup(key).await
     }
 
+    /// Panics the node's supervisor (a test hook): its death must show on `/readyz`.
+    #[cfg(feature = "testing")]
+    pub fn crash_supervisor(&self) {
+        self.actors.crash_supervisor();
+    }
+
     /// How many idle reports of matter actors wait in the supervisor (a test hook).
     #[cfg(feature = "testing")]
     pub async fn idle_reports(&self) -> usize {

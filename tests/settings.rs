@@ -252,3 +252,45 @@ async fn each_key_at(end: fn(&Bound) -> f64, which: &str) {
     }
     assert!(ran >= 20, "only {ran} keys ran at their {which} bound");
 }
+
+/// An actor that panics is not hidden behind a ready `/readyz`: the node answers 503 naming it.
+#[actix_rt::test]
+async fn a_panicked_supervisor_makes_readyz_answer_503_naming_it() {
+    let db = TestDb::new(4).await.unwrap();
+    let mut s = base(&db);
+    s.transport.kind = briefrail::config::TransportKind::Postgres;
+    s.http.bind = "127.0.0.1:0".into();
+    let node = Node::builder(Arc::new(s), Arc::new(Instant0))
+        .pool(db.pool.clone())
+        .without_transport()
+        .surface(briefrail::surface::http::admin())
+        .start()
+        .await
+        .unwrap();
+    let url = format!(
+        "http://{}/readyz",
+        node.surface_addr().expect("serves http")
+    );
+    let client = awc::Client::default();
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "ready before the panic");
+    node.crash_supervisor();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut r = client.get(&url).send().await.unwrap();
+        if r.status() == 503 {
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["ready"], false, "{body}");
+            assert!(
+                body["actors"]
+                    .as_str()
+                    .is_some_and(|a| a.contains("supervisor")),
+                "names the actor: {body}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "/readyz stays {}", r.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.shutdown_within(Duration::from_secs(1)).await;
+}

@@ -18,11 +18,13 @@ pub struct Presence {
     announced: bool,
     /// Set at departure: no heartbeat after it may bring the row back to life.
     departed: bool,
+    watch: super::liveness::Watch,
 }
 
 impl Presence {
     pub fn new(node: Arc<NodeContext>) -> Self {
         Self {
+            watch: node.liveness.watch("presence"),
             node,
             announced: false,
             departed: false,
@@ -63,6 +65,11 @@ struct Beat;
 
 impl Actor for Presence {
     type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let at_shutdown = *self.node.draining.borrow();
+        self.watch.stopped(at_shutdown);
+    }
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(Beat);

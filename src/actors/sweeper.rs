@@ -43,11 +43,13 @@ pub struct Sweeper {
     periodic: bool,
     /// Between passes; `None` while a pass runs (it owns the state meanwhile).
     retention: Option<Retention>,
+    watch: super::liveness::Watch,
 }
 
 impl Sweeper {
     pub fn new(node: Arc<NodeContext>, nudges: Recipient<Nudge>, periodic: bool) -> Self {
         Self {
+            watch: node.liveness.watch("sweeper"),
             node,
             nudges,
             periodic,
@@ -109,6 +111,11 @@ impl Sweeper {
 
 impl Actor for Sweeper {
     type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let at_shutdown = *self.node.draining.borrow();
+        self.watch.stopped(at_shutdown);
+    }
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         if !self.periodic {

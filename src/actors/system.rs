@@ -92,6 +92,7 @@ impl Actors {
             metrics: opts.metrics,
             builders,
             draining,
+            liveness: Default::default(),
         });
         let supervisor = Supervisor::new(context.clone()).start();
         let sweeper = Sweeper::new(
@@ -134,6 +135,12 @@ impl Actors {
             .await
             .ok()
             .flatten()
+    }
+
+    /// Panics the supervisor (a test hook).
+    #[cfg(feature = "testing")]
+    pub fn crash_supervisor(&self) {
+        self.supervisor.do_send(super::supervisor::Crash);
     }
 
     /// How many idle reports of matter actors wait in the supervisor (a test hook).
