@@ -294,3 +294,28 @@ async fn a_panicked_supervisor_makes_readyz_answer_503_naming_it() {
     }
     node.shutdown_within(Duration::from_secs(1)).await;
 }
+
+/// A pool whose every connection fails its setup (here a `lock_timeout` Postgres refuses, set
+/// through `PoolOptions` in code, past what `validate` accepts) fails a checkout naming the
+/// setup's error, not only "Timed out in bb8".
+#[actix_rt::test]
+async fn a_timed_out_checkout_names_the_last_connection_error() {
+    let db = TestDb::new(1).await.unwrap();
+    let mut opts = briefrail::db::PoolOptions::new(db.url.clone()).size(1);
+    opts.lock_timeout = Duration::from_millis(3_000_000_000);
+    opts.connection_timeout = Duration::from_secs(1);
+    let pool = briefrail::db::connect(&opts).await.unwrap();
+    let e = match pool.get().await {
+        Ok(_) => panic!("no connection can be set up"),
+        Err(e) => briefrail::Error::from(e),
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("Timed out in bb8; last connection error:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lock_timeout"),
+        "names the setting Postgres refused: {text}"
+    );
+}
