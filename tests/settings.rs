@@ -319,3 +319,19 @@ async fn a_timed_out_checkout_names_the_last_connection_error() {
         "names the setting Postgres refused: {text}"
     );
 }
+
+/// The binary exits 2 on a value past its bound, naming the key and the range in one line.
+#[test]
+fn the_binary_exits_2_naming_the_key_and_the_range() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .args(["nodes"])
+        .env("BRIEFRAIL__TRIGGER__IDLE_SECONDS", "1e20")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("trigger.idle_seconds = 1e20 is out of range: 0.01 to 86400 seconds"),
+        "{stderr}"
+    );
+}
