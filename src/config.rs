@@ -118,7 +118,7 @@ pub struct Bound {
     pub unit: Unit,
     /// The value in `s`; `None` when the key is unset (an optional key left to its default).
     pub get: fn(&Settings) -> Option<Value>,
-    /// Also the value put there by [`Bound::set`], for tests that walk the bounds.
+    /// Puts `v` in the key (cast to its type): how tests walk the bounds.
     pub set: fn(&mut Settings, f64),
 }
 
@@ -149,6 +149,7 @@ impl Bound {
 /// One day, the upper bound of most durations: longer than any lease, timeout or interval a
 /// node needs, and far inside what a timer, a timestamp or Postgres can hold.
 const DAY_S: f64 = 86_400.0;
+/// One day in milliseconds.
 const DAY_MS: f64 = 86_400_000.0;
 
 macro_rules! bound {

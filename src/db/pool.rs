@@ -91,8 +91,8 @@ pub async fn establish(
 /// The last error a pool met opening a connection (its setup included), passwords redacted,
 /// and when. bb8 hands such errors to the pool's error sink, never to the checkout waiting for
 /// the connection, which then fails with only "Timed out in bb8": the checkout's error is given
-/// this cause ([`timed_out`]). One slot per process: a node has one pool, and a cause from
-/// another pool of the same process would be named by the same server's address anyway.
+/// this cause ([`timed_out`]). One slot per process: a node opens one pool; in a process with
+/// several, the cause named may be another pool's.
 static LAST_CONNECTION_ERROR: std::sync::Mutex<Option<(std::time::Instant, String)>> =
     std::sync::Mutex::new(None);
 
