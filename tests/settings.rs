@@ -121,25 +121,25 @@ fn base(db: &TestDb) -> Settings {
     s.trigger.debounce_ms = 5;
     s.trigger.max_wait_ms = 50;
     s.sweeper.interval_seconds = 0.2;
+    // The transport runs too (the relay's settings apply); the reconciler is the amqp
+    // transport's, which `one_key_at` picks for its key.
+    s.transport.kind = briefrail::config::TransportKind::Postgres;
+    s.transport.prefix = format!("settings-{}", &Uuid::new_v4().simple().to_string()[..8]);
     s
 }
 
-/// The keys a node without a transport or an HTTP surface does not use, or (`otel.*`) uses
-/// only with a collector: their bounds are checked by `validate`, not by serving a matter.
+/// The keys a node without an HTTP surface does not use, or (`otel.*`) uses only with a
+/// collector: their bounds are checked by `validate`, not by serving a matter.
 fn exercised_by_a_node(b: &Bound) -> bool {
-    !b.key.starts_with("otel.")
-        && !b.key.starts_with("relay.")
-        && b.key != "reconcile.after_seconds"
-        && b.key != "http.session_minutes"
+    !b.key.starts_with("otel.") && b.key != "http.session_minutes"
 }
 
-/// Starts a node on `s` (opening its own pool, so the session settings apply), records a
-/// demand recorded long enough ago that no debounce window is left, and waits for it to be
-/// served; then the node's own shutdown (`shutdown.grace_seconds`) must end within seconds.
+/// Starts a node on `s` with its transport (opening its own pool, so the session settings
+/// apply), records a demand recorded long enough ago that no debounce window is left, and
+/// waits for it to be served; then the node's own shutdown (`shutdown.grace_seconds`) must end within seconds.
 async fn serves_and_stops(db: &TestDb, s: Settings, what: &str) {
     let s = Arc::new(s);
     let node = Node::builder(s.clone(), Arc::new(Instant0))
-        .without_transport()
         .start()
         .await
         .unwrap_or_else(|e| panic!("{what}: the node starts: {e}"));
@@ -209,6 +209,9 @@ fn one_key_at(b: &Bound, v: f64, db: &TestDb) -> Option<Settings> {
     }
     if b.key == "database.batch_lanes" {
         s.database.pool_size = s.database.pool_size.max(s.database.batch_lanes);
+    }
+    if b.key == "reconcile.after_seconds" {
+        s.transport.kind = briefrail::config::TransportKind::Amqp;
     }
     if b.key == "builders.concurrency" {
         s.builders.held_claims = None;
