@@ -54,6 +54,389 @@ macro_rules! config_names {
     };
 }
 
+/// The unit a bounded setting is written in, as the docs and errors name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Seconds,
+    Milliseconds,
+    Minutes,
+    Days,
+    /// A number of things (connections, rows, builds, attempts, spans).
+    Count,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Seconds => "seconds",
+            Unit::Milliseconds => "milliseconds",
+            Unit::Minutes => "minutes",
+            Unit::Days => "days",
+            Unit::Count => "",
+        }
+    }
+}
+
+/// A setting's value as written: a whole number or a number of (fractional) units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    Whole(u64),
+    Real(f64),
+}
+
+impl Value {
+    fn as_f64(self) -> f64 {
+        match self {
+            Value::Whole(n) => n as f64,
+            Value::Real(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Whole(n) => write!(f, "{n}"),
+            // `{:?}` keeps an exponent (1e20) instead of writing out twenty digits.
+            Value::Real(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// The range a numeric setting must fall in. Every duration and count of [`Settings`] has one
+/// (a unit test holds `config/default.toml` to it): past the upper bound a value would
+/// overflow a timer, a timestamp or a Postgres setting and crash or silently stop the node;
+/// under the lower bound it would spin or do nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    /// The dotted key, e.g. `lease.seconds`.
+    pub key: &'static str,
+    /// The least value accepted (inclusive).
+    pub min: f64,
+    /// The greatest value accepted (inclusive).
+    pub max: f64,
+    pub unit: Unit,
+    /// The value in `s`; `None` when the key is unset (an optional key left to its default).
+    pub get: fn(&Settings) -> Option<Value>,
+    /// Puts `v` in the key (cast to its type): how tests walk the bounds.
+    pub set: fn(&mut Settings, f64),
+}
+
+impl Bound {
+    /// The range as the docs and errors write it, e.g. `0.01 to 86400 seconds`.
+    pub fn range(&self) -> String {
+        let unit = self.unit.name();
+        let sep = if unit.is_empty() { "" } else { " " };
+        format!("{} to {}{sep}{unit}", self.min, self.max)
+    }
+
+    /// Whether `v` is inside the range (NaN never is).
+    pub fn contains(&self, v: f64) -> bool {
+        v >= self.min && v <= self.max
+    }
+
+    fn check(&self, s: &Settings) -> Result<(), ConfigError> {
+        match (self.get)(s) {
+            Some(v) if !self.contains(v.as_f64()) => Err(ConfigError::new(
+                self.key,
+                format!("{} = {v} is out of range: {}", self.key, self.range()),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One day, the upper bound of most durations: longer than any lease, timeout or interval a
+/// node needs, and far inside what a timer, a timestamp or Postgres can hold.
+const DAY_S: f64 = 86_400.0;
+/// One day in milliseconds.
+const DAY_MS: f64 = 86_400_000.0;
+
+macro_rules! bound {
+    ($key:literal, $min:expr, $max:expr, $unit:ident, |$s:ident| $field:expr, $conv:ident) => {
+        Bound {
+            key: $key,
+            min: $min,
+            max: $max,
+            unit: Unit::$unit,
+            get: |$s| bound!(@get $conv, $field),
+            set: |$s, v| bound!(@set $conv, $field, v),
+        }
+    };
+    (@get real, $field:expr) => { Some(Value::Real($field)) };
+    (@get whole, $field:expr) => { Some(Value::Whole($field as u64)) };
+    (@get opt_real, $field:expr) => { $field.map(Value::Real) };
+    (@get opt_whole, $field:expr) => { $field.map(|n| Value::Whole(n as u64)) };
+    (@set real, $field:expr, $v:ident) => { $field = $v };
+    (@set whole, $field:expr, $v:ident) => { $field = $v as _ };
+    (@set opt_real, $field:expr, $v:ident) => { $field = Some($v) };
+    (@set opt_whole, $field:expr, $v:ident) => { $field = Some($v as _) };
+}
+
+/// The bounds of every numeric setting, in the order of `config/default.toml`. `otel.*` is
+/// checked only while the exporter is on (its keys are not used otherwise).
+pub const BOUNDS: &[Bound] = &[
+    bound!(
+        "database.pool_size",
+        1.0,
+        1000.0,
+        Count,
+        |s| s.database.pool_size,
+        whole
+    ),
+    // Postgres takes at most INT_MAX milliseconds; a day is far inside it.
+    bound!(
+        "database.lock_timeout_ms",
+        1.0,
+        DAY_MS,
+        Milliseconds,
+        |s| s.database.lock_timeout_ms,
+        whole
+    ),
+    bound!(
+        "database.idle_in_transaction_timeout_ms",
+        1.0,
+        DAY_MS,
+        Milliseconds,
+        |s| s.database.idle_in_transaction_timeout_ms,
+        whole
+    ),
+    bound!(
+        "database.batch_lanes",
+        1.0,
+        1000.0,
+        Count,
+        |s| s.database.batch_lanes,
+        whole
+    ),
+    bound!(
+        "lease.seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.lease.seconds,
+        real
+    ),
+    bound!(
+        "lease.heartbeat_seconds",
+        0.005,
+        DAY_S,
+        Seconds,
+        |s| s.lease.heartbeat_seconds,
+        opt_real
+    ),
+    bound!(
+        "sweeper.interval_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.sweeper.interval_seconds,
+        real
+    ),
+    bound!(
+        "sweeper.batch",
+        1.0,
+        100_000.0,
+        Count,
+        |s| s.sweeper.batch,
+        whole
+    ),
+    bound!(
+        "retention.events_days",
+        0.0,
+        36_500.0,
+        Days,
+        |s| s.retention.events_days,
+        real
+    ),
+    bound!(
+        "retention.runs_days",
+        0.0,
+        36_500.0,
+        Days,
+        |s| s.retention.runs_days,
+        real
+    ),
+    bound!(
+        "retention.frames_keep",
+        0.0,
+        1_000_000.0,
+        Count,
+        |s| s.retention.frames_keep,
+        whole
+    ),
+    bound!(
+        "retention.interval_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.retention.interval_seconds,
+        real
+    ),
+    // One statement per batch must stay a short transaction.
+    bound!(
+        "retention.batch",
+        1.0,
+        100_000.0,
+        Count,
+        |s| s.retention.batch,
+        whole
+    ),
+    bound!(
+        "retry.max_attempts",
+        1.0,
+        1000.0,
+        Count,
+        |s| s.retry.max_attempts,
+        whole
+    ),
+    bound!(
+        "retry.backoff_base_seconds",
+        0.001,
+        DAY_S,
+        Seconds,
+        |s| s.retry.backoff_base_seconds,
+        real
+    ),
+    bound!(
+        "retry.backoff_max_seconds",
+        0.001,
+        DAY_S,
+        Seconds,
+        |s| s.retry.backoff_max_seconds,
+        real
+    ),
+    bound!(
+        "trigger.debounce_ms",
+        0.0,
+        DAY_MS,
+        Milliseconds,
+        |s| s.trigger.debounce_ms,
+        whole
+    ),
+    bound!(
+        "trigger.max_wait_ms",
+        0.0,
+        DAY_MS,
+        Milliseconds,
+        |s| s.trigger.max_wait_ms,
+        whole
+    ),
+    bound!(
+        "trigger.idle_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.trigger.idle_seconds,
+        real
+    ),
+    bound!(
+        "builders.concurrency",
+        1.0,
+        1024.0,
+        Count,
+        |s| s.builders.concurrency,
+        whole
+    ),
+    // The default, 32 per builder, stays inside it at the most builders.
+    bound!(
+        "builders.held_claims",
+        1.0,
+        32_768.0,
+        Count,
+        |s| s.builders.held_claims,
+        opt_whole
+    ),
+    bound!(
+        "builder.timeout_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.builder.timeout_seconds,
+        real
+    ),
+    bound!(
+        "relay.poll_ms",
+        1.0,
+        DAY_MS,
+        Milliseconds,
+        |s| s.relay.poll_ms,
+        whole
+    ),
+    bound!(
+        "relay.batch",
+        1.0,
+        100_000.0,
+        Count,
+        |s| s.relay.batch,
+        whole
+    ),
+    bound!(
+        "reconcile.after_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.reconcile.after_seconds,
+        real
+    ),
+    bound!(
+        "node.heartbeat_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.node.heartbeat_seconds,
+        real
+    ),
+    bound!(
+        "http.session_minutes",
+        1.0,
+        43_200.0,
+        Minutes,
+        |s| s.http.session_minutes,
+        real
+    ),
+    bound!(
+        "shutdown.grace_seconds",
+        0.0,
+        DAY_S,
+        Seconds,
+        |s| s.shutdown.grace_seconds,
+        real
+    ),
+    bound!(
+        "otel.timeout_seconds",
+        0.001,
+        300.0,
+        Seconds,
+        |s| s.otel.timeout_seconds,
+        real
+    ),
+    bound!(
+        "otel.queue_size",
+        1.0,
+        1_000_000.0,
+        Count,
+        |s| s.otel.queue_size,
+        whole
+    ),
+    bound!(
+        "otel.batch_delay_ms",
+        1.0,
+        3_600_000.0,
+        Milliseconds,
+        |s| s.otel.batch_delay_ms,
+        whole
+    ),
+];
+
+/// `v` seconds as a duration, never panicking: a negative or NaN value is zero and one too
+/// large for a `Duration` saturates. [`BOUNDS`] keeps loaded values far inside; this is for a
+/// [`Settings`] built in code.
+pub fn seconds(v: f64) -> Duration {
+    // `max` maps NaN to zero as well.
+    Duration::try_from_secs_f64(v.max(0.0)).unwrap_or(Duration::MAX)
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -105,10 +488,10 @@ pub struct LeaseSettings {
 
 impl LeaseSettings {
     pub fn lease(&self) -> Duration {
-        Duration::from_secs_f64(self.seconds)
+        seconds(self.seconds)
     }
     pub fn heartbeat(&self) -> Duration {
-        Duration::from_secs_f64(self.heartbeat_seconds.unwrap_or(self.seconds / 3.0))
+        seconds(self.heartbeat_seconds.unwrap_or(self.seconds / 3.0))
     }
 }
 
@@ -154,7 +537,7 @@ impl RetentionSettings {
 }
 
 fn days(d: f64) -> Option<Duration> {
-    (d > 0.0).then(|| Duration::from_secs_f64(d * 86_400.0))
+    (d > 0.0).then(|| seconds(d * 86_400.0))
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -176,7 +559,7 @@ pub struct TriggerSettings {
 impl TriggerSettings {
     /// How long a matter actor stays idle before its supervisor stops it.
     pub fn idle_after(&self) -> Duration {
-        Duration::from_secs_f64(self.idle_seconds)
+        seconds(self.idle_seconds)
     }
 }
 
@@ -328,7 +711,7 @@ impl OtelSettings {
 
     /// The export timeout as a duration.
     pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout_seconds)
+        seconds(self.timeout_seconds)
     }
 }
 
@@ -390,6 +773,7 @@ impl Settings {
 
     /// Checks every value a node relies on; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_bounds()?;
         self.validate_database()?;
         self.validate_timings()?;
         self.validate_builders()?;
@@ -398,6 +782,30 @@ impl Settings {
         self.validate_http()?;
         self.validate_shutdown_and_log()?;
         self.validate_otel()
+    }
+
+    /// Every numeric setting inside its [`BOUNDS`], and `node.id` free of control characters:
+    /// what a node needs so that no timer, timestamp or session setting overflows. A node
+    /// checks this at start too, since an embedder may build [`Settings`] without
+    /// [`Settings::validate`].
+    pub fn validate_bounds(&self) -> Result<(), ConfigError> {
+        let otel = self.otel.enabled();
+        for b in BOUNDS {
+            if otel || !b.key.starts_with("otel.") {
+                b.check(self)?;
+            }
+        }
+        if let Some(c) = self.node.id.chars().find(|c| c.is_control()) {
+            return Err(ConfigError::new(
+                "node.id",
+                format!(
+                    "must not contain control characters (found U+{:04X}): it is written in \
+                     every run and log line",
+                    c as u32
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `otel.endpoint` is empty (off) or an `http(s)://` URL with a host; when it is set, the
@@ -1052,6 +1460,101 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    /// Every key of `config/default.toml` whose value (set or in a comment) is a number has
+    /// its row in [`BOUNDS`], so a new duration or count cannot skip the check; every row
+    /// names a real key, holds its default, and has its range in the README's table.
+    #[test]
+    fn every_numeric_key_has_a_bound_documented_in_the_readme() {
+        let known = known_keys();
+        let mut section = "";
+        let mut numeric = Vec::new();
+        for line in DEFAULT_TOML.lines() {
+            let line = line.trim_start_matches("# ").trim();
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = name;
+                continue;
+            }
+            let Some((key, value)) = line.split_once(" = ") else {
+                continue;
+            };
+            let listed = known
+                .iter()
+                .any(|(n, keys)| *n == section && keys.contains(&key));
+            if listed && value.trim().parse::<f64>().is_ok() {
+                numeric.push(format!("{section}.{key}"));
+            }
+        }
+        assert!(numeric.len() >= 25, "{numeric:?}");
+        for key in &numeric {
+            assert!(
+                BOUNDS.iter().any(|b| b.key == *key),
+                "{key} has no row in config::BOUNDS"
+            );
+        }
+        let readme = include_str!("../README.md");
+        let defaults = Settings::defaults();
+        for b in BOUNDS {
+            let (section, key) = b.key.split_once('.').expect("dotted");
+            assert!(
+                known
+                    .iter()
+                    .any(|(n, keys)| *n == section && keys.contains(&key)),
+                "{} is no setting",
+                b.key
+            );
+            assert!(b.min <= b.max, "{}", b.key);
+            if let Some(v) = (b.get)(&defaults) {
+                assert!(
+                    b.contains(v.as_f64()),
+                    "the default of {} is out of range",
+                    b.key
+                );
+            }
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", b.key)))
+                .unwrap_or_else(|| panic!("README has no row for {}", b.key));
+            assert!(
+                row.contains(&format!("| {} |", b.range())),
+                "README's row for {} gives its range {}",
+                b.key,
+                b.range()
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_past_its_bound_names_the_key_and_the_range() {
+        for b in BOUNDS {
+            let mut s = Settings::defaults();
+            s.otel.endpoint = SecretUrl::new("http://jaeger:4318");
+            (b.set)(&mut s, b.max * 10.0 + 1.0);
+            let e = s.validate_bounds().expect_err(b.key);
+            assert_eq!(e.key, b.key, "{e}");
+            assert!(e.problem.contains(&b.range()), "{e}");
+            (b.set)(&mut s, f64::NAN);
+            if matches!((b.get)(&s), Some(Value::Real(_))) {
+                assert_eq!(s.validate_bounds().expect_err(b.key).key, b.key);
+            }
+        }
+        let mut s = Settings::defaults();
+        s.trigger.idle_seconds = 1e20;
+        assert_eq!(
+            s.validate().expect_err("1e20").to_string(),
+            "config trigger.idle_seconds: trigger.idle_seconds = 1e20 is out of range: \
+             0.01 to 86400 seconds"
+        );
+    }
+
+    #[test]
+    fn seconds_never_panic() {
+        assert_eq!(seconds(1e300), Duration::MAX);
+        assert_eq!(seconds(f64::INFINITY), Duration::MAX);
+        assert_eq!(seconds(f64::NAN), Duration::ZERO);
+        assert_eq!(seconds(-1.0), Duration::ZERO);
+        assert_eq!(seconds(1.5), Duration::from_millis(1500));
     }
 
     #[test]

@@ -98,8 +98,12 @@ impl NodeBuilder {
     /// the server and the cause: [`crate::Error::Unreachable`]) and one with migrations of this
     /// binary pending ([`crate::Error::Unmigrated`]): a node must never run statements its schema
     /// does not have.
+    /// Settings past their bounds ([`crate::config::BOUNDS`]) are refused first
+    /// ([`crate::Error::Config`]): an embedder may build them without `validate`, and a value
+    /// past its bound would crash an actor after the node reported itself started.
     pub async fn start(self) -> Result<Node> {
         let settings = self.settings;
+        settings.validate_bounds()?;
         let url = settings.database.url.expose();
         db::reach::reach(url, db::reach::TIMEOUT).await?;
         db::migrate::require_current(url).await?;
@@ -226,6 +230,12 @@ impl Node {
         self.actors.lookup(key).await
     }
 
+    /// Panics the node's supervisor (a test hook): its death must show on `/readyz`.
+    #[cfg(feature = "testing")]
+    pub fn crash_supervisor(&self) {
+        self.actors.crash_supervisor();
+    }
+
     /// How many idle reports of matter actors wait in the supervisor (a test hook).
     #[cfg(feature = "testing")]
     pub async fn idle_reports(&self) -> usize {
@@ -243,10 +253,8 @@ impl Node {
     /// The one shutdown, with `shutdown.grace_seconds` for in-flight builds. Returns whether
     /// every build finished within the grace.
     pub async fn shutdown(&self) -> bool {
-        self.shutdown_within(Duration::from_secs_f64(
-            self.settings.shutdown.grace_seconds,
-        ))
-        .await
+        self.shutdown_within(crate::config::seconds(self.settings.shutdown.grace_seconds))
+            .await
     }
 
     /// The one shutdown: stop intake, drain for `grace`, cancel the rest (claims handed back

@@ -23,4 +23,6 @@ pub struct NodeContext {
     pub claims: ClaimQueue,
     /// True once shutdown began: no new claims; follow-ups are released instead of built.
     pub draining: watch::Receiver<bool>,
+    /// The node's long-lived actors that died (`/readyz` answers 503 naming them).
+    pub liveness: super::liveness::Liveness,
 }

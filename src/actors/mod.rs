@@ -16,6 +16,7 @@
 pub mod builder;
 pub mod capacity;
 pub mod context;
+pub mod liveness;
 pub mod matter;
 pub mod presence;
 pub mod retention;

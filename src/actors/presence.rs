@@ -5,7 +5,6 @@
 //! and no guarantee depends on it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
 
@@ -19,11 +18,13 @@ pub struct Presence {
     announced: bool,
     /// Set at departure: no heartbeat after it may bring the row back to life.
     departed: bool,
+    watch: super::liveness::Watch,
 }
 
 impl Presence {
     pub fn new(node: Arc<NodeContext>) -> Self {
         Self {
+            watch: node.liveness.watch("presence"),
             node,
             announced: false,
             departed: false,
@@ -65,9 +66,14 @@ struct Beat;
 impl Actor for Presence {
     type Context = Context<Self>;
 
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let at_shutdown = *self.node.draining.borrow();
+        self.watch.stopped(at_shutdown);
+    }
+
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(Beat);
-        let every = Duration::from_secs_f64(self.node.settings.node.heartbeat_seconds);
+        let every = crate::config::seconds(self.node.settings.node.heartbeat_seconds);
         ctx.run_interval(every, |_, ctx| ctx.notify(Beat));
     }
 }

@@ -53,7 +53,7 @@ impl Retention {
             policy.frames_kept().is_some(),
         ];
         // Each kind gets its share of the pass, so a large backlog of one never starves another.
-        let share = Duration::from_secs_f64(policy.interval_seconds)
+        let share = crate::config::seconds(policy.interval_seconds)
             / kinds.iter().filter(|k| **k).count().max(1) as u32;
         let mut pass = Pass {
             node,

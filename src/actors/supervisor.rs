@@ -26,11 +26,13 @@ pub struct Supervisor {
     /// Matters whose actor reported going idle, oldest report first (reports arrive in time
     /// order, so the due ones are always at the front); at most one entry per live actor.
     went_idle: VecDeque<(Instant, MatterKey)>,
+    watch: super::liveness::Watch,
 }
 
 impl Supervisor {
     pub fn new(node: Arc<NodeContext>) -> Self {
         Self {
+            watch: node.liveness.watch("supervisor"),
             node,
             matters: HashMap::new(),
             went_idle: VecDeque::new(),
@@ -51,6 +53,11 @@ impl Actor for Supervisor {
     /// actor stops one to one and a half `trigger.idle_seconds` after its report; one that
     /// worked since reports again when asked, so it stops at most about two and a half
     /// `trigger.idle_seconds` after its last work.
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let at_shutdown = *self.node.draining.borrow();
+        self.watch.stopped(at_shutdown);
+    }
+
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(self.node.settings.trigger.idle_after() / 2, |act, ctx| {
             let idle_after = act.node.settings.trigger.idle_after();
@@ -62,6 +69,22 @@ impl Actor for Supervisor {
                 ctx.notify(Retire(key));
             }
         });
+    }
+}
+
+/// Panics the supervisor (a test hook): how a test shows that an actor's death is not hidden
+/// behind a ready `/readyz`.
+#[cfg(feature = "testing")]
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+#[cfg(feature = "testing")]
+impl Handler<Crash> for Supervisor {
+    type Result = ();
+    #[allow(clippy::panic)]
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("test hook: the supervisor crashes");
     }
 }
 

@@ -43,11 +43,13 @@ pub struct Sweeper {
     periodic: bool,
     /// Between passes; `None` while a pass runs (it owns the state meanwhile).
     retention: Option<Retention>,
+    watch: super::liveness::Watch,
 }
 
 impl Sweeper {
     pub fn new(node: Arc<NodeContext>, nudges: Recipient<Nudge>, periodic: bool) -> Self {
         Self {
+            watch: node.liveness.watch("sweeper"),
             node,
             nudges,
             periodic,
@@ -110,11 +112,16 @@ impl Sweeper {
 impl Actor for Sweeper {
     type Context = Context<Self>;
 
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let at_shutdown = *self.node.draining.borrow();
+        self.watch.stopped(at_shutdown);
+    }
+
     fn started(&mut self, ctx: &mut Context<Self>) {
         if !self.periodic {
             return;
         }
-        let every = Duration::from_secs_f64(self.node.settings.sweeper.interval_seconds);
+        let every = crate::config::seconds(self.node.settings.sweeper.interval_seconds);
         ctx.run_interval(every, |act, ctx| {
             let (node, nudges) = (act.node.clone(), act.nudges.clone());
             // `wait`: passes never overlap; a slow pass delays the next instead of piling up.
@@ -127,7 +134,7 @@ impl Actor for Sweeper {
                 .into_actor(act),
             );
         });
-        let every = Duration::from_secs_f64(self.node.settings.retention.interval_seconds);
+        let every = crate::config::seconds(self.node.settings.retention.interval_seconds);
         ctx.run_interval(every, |act, ctx| act.retain(ctx));
     }
 }

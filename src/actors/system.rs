@@ -74,7 +74,7 @@ impl Actors {
             metrics: opts.metrics.clone(),
             node_id: node_id.clone(),
             heartbeat: settings.lease.heartbeat(),
-            timeout: Duration::from_secs_f64(settings.builder.timeout_seconds),
+            timeout: crate::config::seconds(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
             commits: Some(commits_in_batches(pool.clone(), lanes, BATCH_MAX)),
             capacity: Capacity::new(
@@ -92,6 +92,7 @@ impl Actors {
             metrics: opts.metrics,
             builders,
             draining,
+            liveness: Default::default(),
         });
         let supervisor = Supervisor::new(context.clone()).start();
         let sweeper = Sweeper::new(
@@ -134,6 +135,12 @@ impl Actors {
             .await
             .ok()
             .flatten()
+    }
+
+    /// Panics the supervisor (a test hook).
+    #[cfg(feature = "testing")]
+    pub fn crash_supervisor(&self) {
+        self.supervisor.do_send(super::supervisor::Crash);
     }
 
     /// How many idle reports of matter actors wait in the supervisor (a test hook).

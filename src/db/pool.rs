@@ -33,7 +33,7 @@ use futures_util::FutureExt;
 
 use crate::config::DatabaseSettings;
 use crate::error::Result;
-use crate::secret::SecretUrl;
+use crate::secret::{SecretUrl, redact_urls};
 
 pub type Pool = bb8::Pool<Manager>;
 pub type Conn<'a> = bb8::PooledConnection<'a, Manager>;
@@ -124,6 +124,50 @@ pub async fn establish(
     Ok(conn)
 }
 
+/// The last error a pool met opening a connection (its setup included), passwords redacted,
+/// and when. bb8 hands such errors to the pool's error sink, never to the checkout waiting for
+/// the connection, which then fails with only "Timed out in bb8": the checkout's error is given
+/// this cause ([`timed_out`]). One slot per process: a node opens one pool; in a process with
+/// several, the cause named may be another pool's.
+static LAST_CONNECTION_ERROR: std::sync::Mutex<Option<(std::time::Instant, String)>> =
+    std::sync::Mutex::new(None);
+
+/// How recent a connection error must be to be named as a timed-out checkout's cause: a
+/// checkout waits at most its `connection_timeout`, so an older error is another incident's.
+const CAUSE_WITHIN: Duration = Duration::from_secs(60);
+
+/// Keeps the last connection error ([`LAST_CONNECTION_ERROR`]) and logs it.
+#[derive(Debug, Clone, Copy)]
+struct KeepLastError;
+
+impl bb8::ErrorSink<PoolError> for KeepLastError {
+    fn sink(&self, e: PoolError) {
+        let text = redact_urls(&e.to_string());
+        tracing::warn!(error = %text, "database connection failed");
+        if let Ok(mut last) = LAST_CONNECTION_ERROR.lock() {
+            *last = Some((std::time::Instant::now(), text));
+        }
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<PoolError>> {
+        Box::new(*self)
+    }
+}
+
+/// The error of a checkout that timed out: bb8's own words, and the last connection error
+/// met within [`CAUSE_WITHIN`] when there is one (why no connection could be had).
+pub fn timed_out() -> String {
+    let cause = LAST_CONNECTION_ERROR
+        .lock()
+        .ok()
+        .and_then(|last| last.clone())
+        .filter(|(at, _)| at.elapsed() <= CAUSE_WITHIN);
+    match cause {
+        Some((_, cause)) => format!("Timed out in bb8; last connection error: {cause}"),
+        None => "Timed out in bb8".to_owned(),
+    }
+}
+
 /// Builds the pool (connections are opened lazily, on first use).
 pub async fn connect(opts: &PoolOptions) -> Result<Pool> {
     let (lock, idle) = (opts.lock_timeout, opts.idle_in_transaction_timeout);
@@ -140,6 +184,8 @@ pub async fn connect(opts: &PoolOptions) -> Result<Pool> {
         .test_on_check_out(true)
         // Report a refused connection at once, with its reason, instead of a bare timeout.
         .retry_connection(false)
+        // ...which bb8 gives only to the sink: the checkout's timeout names it (`timed_out`).
+        .error_sink(Box::new(KeepLastError))
         .connection_timeout(opts.connection_timeout)
         .build_unchecked(manager);
     Ok(pool)

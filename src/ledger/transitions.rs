@@ -66,8 +66,8 @@ impl From<&crate::config::RetrySettings> for RetryPolicy {
     fn from(s: &crate::config::RetrySettings) -> Self {
         Self {
             max_attempts: s.max_attempts,
-            backoff_base: Duration::from_secs_f64(s.backoff_base_seconds),
-            backoff_max: Duration::from_secs_f64(s.backoff_max_seconds),
+            backoff_base: crate::config::seconds(s.backoff_base_seconds),
+            backoff_max: crate::config::seconds(s.backoff_max_seconds),
         }
     }
 }

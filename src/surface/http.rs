@@ -1,7 +1,8 @@
 //! The admin HTTP surface (actix-web) of a running node:
 //!
 //! * `GET /healthz`: the process answers.
-//! * `GET /readyz`: database reachable, migrations current, broker reachable (amqp).
+//! * `GET /readyz`: database reachable, migrations current, broker reachable (amqp), none of
+//!   the node's long-lived actors (supervisor, sweeper, presence) dead.
 //! * `GET /metrics`: Prometheus text: this node's counters and the ledger's gauges.
 //! * `GET /api/firms/{firm}/matters/{matter}`: job row, runs, latest frame's metadata.
 //! * `POST /api/firms/{firm}/matters/{matter}/brief-requests`: records `brief.requested` (202).
@@ -34,6 +35,8 @@ pub struct HttpState {
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     pub node_id: String,
+    /// The node's long-lived actors that died: any makes the node not ready.
+    pub liveness: crate::actors::liveness::Liveness,
 }
 
 /// The HTTP admin endpoint as a node's surface: `Node::builder(..).surface(admin())` binds
@@ -45,6 +48,7 @@ pub fn admin() -> crate::node::StartSurface {
             pool: ctx.pool.clone(),
             metrics: ctx.metrics.clone(),
             node_id: ctx.node_id.clone(),
+            liveness: ctx.liveness.clone(),
         })?;
         Ok(Box::new(Admin { addr, handle }) as Box<dyn crate::node::Surface>)
     })
@@ -246,12 +250,18 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
         Err(e) => Err(e.to_string()),
     };
     let db = db.map_err(|e| e.to_string());
-    let ready = db.is_ok() && migrations.is_ok() && broker.is_ok();
+    let dead = state.liveness.dead();
+    let actors = if dead.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("died: {}", dead.join(", ")))
+    };
+    let ready = db.is_ok() && migrations.is_ok() && broker.is_ok() && actors.is_ok();
     let show = |r: &std::result::Result<(), String>| match r {
         Ok(()) => json!("ok"),
         Err(e) => json!(crate::secret::redact_urls(e)),
     };
-    let body = json!({"ready": ready, "database": show(&db), "migrations": show(&migrations), "broker": show(&broker)});
+    let body = json!({"ready": ready, "database": show(&db), "migrations": show(&migrations), "broker": show(&broker), "actors": show(&actors)});
     if ready {
         HttpResponse::Ok().json(body)
     } else {

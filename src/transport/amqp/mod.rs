@@ -92,7 +92,7 @@ impl AmqpOptions {
             metrics,
             relay_batch: settings.relay.batch as i64,
             relay_poll: Duration::from_millis(settings.relay.poll_ms),
-            reconcile_after: Duration::from_secs_f64(settings.reconcile.after_seconds),
+            reconcile_after: crate::config::seconds(settings.reconcile.after_seconds),
             prefetch: 256,
             node_id: settings.node_id(),
         }
