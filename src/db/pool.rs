@@ -19,8 +19,7 @@
 //! (README, "Benchmark", the ninth round; `tests/ledger.rs`
 //! `the_pool_hands_out_the_session_returned_last`).
 //! The sessions at the bottom of the stack then sit idle until bb8's idle timeout closes them
-//! (10 minutes), and one that the server dropped meanwhile surfaces as an error on its next use,
-//! as any broken connection does.
+//! (10 minutes); one that closed meanwhile is dropped at its next checkout (see above).
 
 use std::time::Duration;
 
