@@ -331,6 +331,14 @@ pub const BOUNDS: &[Bound] = &[
         real
     ),
     bound!(
+        "fairness.background_promote_seconds",
+        0.0,
+        DAY_S,
+        Seconds,
+        |s| s.fairness.background_promote_seconds,
+        real
+    ),
+    bound!(
         "builders.concurrency",
         1.0,
         1024.0,
@@ -446,6 +454,7 @@ pub struct Settings {
     pub retention: RetentionSettings,
     pub retry: RetrySettings,
     pub trigger: TriggerSettings,
+    pub fairness: FairnessSettings,
     pub builders: BuildersSettings,
     pub builder: BuilderSettings,
     pub transport: TransportSettings,
@@ -560,6 +569,22 @@ impl TriggerSettings {
     /// How long a matter actor stays idle before its supervisor stops it.
     pub fn idle_after(&self) -> Duration {
         seconds(self.idle_seconds)
+    }
+}
+
+/// Who is served next when build slots are scarce (`crate::ledger::fairness`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairnessSettings {
+    /// A background demand that has waited this long is served as if interactive: the bound
+    /// on how long interactive work can hold background work back.
+    pub background_promote_seconds: f64,
+}
+
+impl FairnessSettings {
+    /// [`Self::background_promote_seconds`] as a duration.
+    pub fn promote_after(&self) -> Duration {
+        seconds(self.background_promote_seconds)
     }
 }
 
@@ -1089,6 +1114,7 @@ pub fn known_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("retention", fields::<RetentionSettings>()),
         ("retry", fields::<RetrySettings>()),
         ("trigger", fields::<TriggerSettings>()),
+        ("fairness", fields::<FairnessSettings>()),
         ("builders", fields::<BuildersSettings>()),
         ("builder", fields::<BuilderSettings>()),
         ("transport", fields::<TransportSettings>()),

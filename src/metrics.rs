@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -91,8 +92,53 @@ metric_set! {
         oldest_owed_fact_seconds => "Age of the oldest published fact the trigger has not consumed after 30 s (0: none)",
         retention_oldest_event_seconds => "Age of the oldest outbox event kept",
         retention_oldest_run_seconds => "Age of the oldest run kept",
+        /// The alert: how long counsel's oldest unserved upload or click has waited.
+        oldest_interactive_demand_seconds => "Age of the oldest unserved interactive demand of any firm (0: none)",
         /// Whether this node could read the ledger for these gauges.
         ledger_up => "Whether this node could read the ledger for these gauges",
+    }
+}
+
+/// How many firms the per-firm gauges label at most: those whose oldest interactive demand
+/// is oldest (then the most unserved). A fleet of thousands of firms keeps this many series
+/// per gauge; the unlabelled gauges count every firm.
+pub const FIRM_LABELS: i64 = 20;
+
+/// A firm's label: its name when it has one, else its id.
+pub type FirmLabels = Vec<(&'static str, String)>;
+
+/// The per-firm gauges, labelled `firm`, reset at each scrape to the [`FIRM_LABELS`] busiest.
+#[derive(Debug, Default)]
+pub struct FirmGauges {
+    pub unserved: Family<FirmLabels, FloatGauge>,
+    pub running: Family<FirmLabels, FloatGauge>,
+    pub oldest_interactive_seconds: Family<FirmLabels, FloatGauge>,
+}
+
+impl FirmGauges {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "firm_unserved",
+            "Matters of the firm whose demand is not served (the busiest firms only)",
+            self.unserved.clone(),
+        );
+        r.register(
+            "firm_builds_running",
+            "Builds of the firm running on every node (the busiest firms only)",
+            self.running.clone(),
+        );
+        r.register(
+            "firm_oldest_interactive_demand_seconds",
+            "Age of the firm's oldest unserved interactive demand (the busiest firms only)",
+            self.oldest_interactive_seconds.clone(),
+        );
+    }
+
+    /// Forgets every firm's series (before the next scrape's are set).
+    pub fn clear(&self) {
+        self.unserved.clear();
+        self.running.clear();
+        self.oldest_interactive_seconds.clear();
     }
 }
 
@@ -102,6 +148,7 @@ pub struct Metrics {
     pub counters: Counters,
     pub build_seconds: Histogram,
     pub ledger: LedgerGauges,
+    pub firms: FirmGauges,
     registry: Registry,
 }
 
@@ -118,10 +165,13 @@ impl Default for Metrics {
             build_seconds.clone(),
         );
         ledger.register(&mut registry);
+        let firms = FirmGauges::default();
+        firms.register(&mut registry);
         Metrics {
             counters,
             build_seconds,
             ledger,
+            firms,
             registry,
         }
     }
@@ -183,6 +233,20 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
+    #[test]
+    fn per_firm_gauges_carry_the_firm_label_and_clear() {
+        let m = Metrics::default();
+        let acme = vec![("firm", "Acme LLP".to_owned())];
+        m.firms.unserved.get_or_create(&acme).set(4.0);
+        let text = m.render();
+        assert!(
+            text.contains("briefrail_firm_unserved{firm=\"Acme LLP\"} 4"),
+            "{text}"
+        );
+        m.firms.clear();
+        assert!(!m.render().contains("Acme"));
+    }
+
     /// Operators' dashboards and alerts name these: a rename is a breaking change.
     #[test]
     fn every_published_name_is_rendered() {
@@ -216,6 +280,7 @@ mod tests {
             "briefrail_facts_owed",
             "briefrail_oldest_owed_fact_seconds",
             "briefrail_ledger_up",
+            "briefrail_oldest_interactive_demand_seconds",
         ] {
             assert!(
                 text.contains(&format!("\n{name} ")),

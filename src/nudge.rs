@@ -7,6 +7,8 @@ use std::time::Duration;
 use actix::Message;
 use uuid::Uuid;
 
+use crate::ledger::DemandClass;
+
 /// A matter: what a nudge names and what the supervisor keys its actors by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatterKey {
@@ -32,17 +34,28 @@ pub struct Nudge {
     /// at once instead of waiting a window that passed long ago. Only a delay, never a fact:
     /// what is served is still decided by the claim, from the ledger's row.
     pub recorded_ago: Option<Duration>,
+    /// How urgently the demand is served, as its fact's row recorded it (a nudge nobody asked
+    /// the ledger about, such as reconcile's, is [`DemandClass::Background`]). Only an order:
+    /// whether there is anything to serve is still the claim's to decide.
+    pub class: DemandClass,
 }
 
 impl Nudge {
-    /// A nudge for a matter, no event or trace, of a demand recorded just now.
+    /// A nudge for a matter, no event or trace, of an interactive demand recorded just now.
     pub fn matter(firm_id: Uuid, matter_id: Uuid) -> Self {
         Self {
             key: MatterKey { firm_id, matter_id },
             event_ids: Vec::new(),
             traceparent: None,
             recorded_ago: None,
+            class: DemandClass::Interactive,
         }
+    }
+
+    /// The same nudge, of a demand of `class`.
+    pub fn class(mut self, class: DemandClass) -> Self {
+        self.class = class;
+        self
     }
 
     /// The same nudge, of a demand the ledger recorded `ago` before it was sent.

@@ -54,6 +54,17 @@ pub mod ops {
             next_attempt_at -> Nullable<Timestamptz>,
             xact_id -> Int8,
             republish_count -> Int4,
+            demand_class -> Text,
+        }
+    }
+
+    diesel::table! {
+        ops.firms (firm_id) {
+            firm_id -> Uuid,
+            name -> Nullable<Text>,
+            weight -> Int4,
+            paused -> Bool,
+            updated_at -> Timestamptz,
         }
     }
 
@@ -126,6 +137,14 @@ pub mod ops {
     }
 
     diesel::table! {
+        ops.rail (only_row) {
+            only_row -> Bool,
+            paused -> Bool,
+            updated_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
         ops.retention_horizon (only_row) {
             only_row -> Bool,
             events_removed_through -> Timestamptz,
@@ -137,11 +156,13 @@ pub mod ops {
         consumed_events,
         dead_letters,
         domain_event_outbox,
+        firms,
         ledger_clock,
         matter_frame_jobs,
         matter_frame_runs,
         matter_frames,
         nodes,
+        rail,
         retention_horizon,
     );
 }

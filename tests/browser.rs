@@ -485,3 +485,126 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     b.close().await;
     node.shutdown_within(Duration::from_secs(2)).await;
 }
+
+/// The firms page: an operator names a firm, pauses it (its upload waits while another firm's
+/// is built), and resumes it (the waiting upload is built), all by clicking.
+#[actix_rt::test]
+async fn an_operator_names_pauses_and_resumes_a_firm() {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.trigger.debounce_ms = 5;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = TOKEN.into();
+    s.node.id = "node-firms".into();
+    let node = Node::builder(
+        Arc::new(s),
+        Arc::new(common::flaky::Flaky {
+            poisoned: Arc::new(AtomicBool::new(false)),
+        }),
+    )
+    .pool(db.pool.clone())
+    .surface(briefrail::surface::http::admin())
+    .start()
+    .await
+    .unwrap();
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let (paused_firm, other_firm) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = matter(
+        &db,
+        paused_firm,
+        "Initech v. Hooli",
+        &[("Memo", "2024-05-01", "A.")],
+    )
+    .await;
+    let state = |firm: Uuid, m: Uuid| {
+        let db = &db;
+        async move {
+            let mut c = db.pool.get().await.unwrap();
+            briefrail::ledger::console::state_of(&mut c, firm, m, 5)
+                .await
+                .unwrap()
+        }
+    };
+    use briefrail::ledger::console::MatterState::Fresh;
+    common::eventually(Duration::from_secs(20), "the first Brief", || async {
+        (state(paused_firm, first).await == Some(Fresh)).then_some(())
+    })
+    .await;
+
+    let driver = driver().await;
+    let b = Browser::open(&driver).await;
+    b.go(&format!("{base}/login?next=/firms")).await;
+    b.type_into("#token", TOKEN).await;
+    b.click("button[type=submit]").await;
+    b.wait_url("/firms", |u| u.ends_with("/firms")).await;
+    let row = format!("form[action='/firms/{paused_firm}/set']");
+    b.type_into(&format!("{row} input[name=name]"), "Initech Legal")
+        .await;
+    b.click(&format!("{row} button")).await;
+    b.wait_text("#firms", "the firm's name", |t| t.contains("Initech Legal"))
+        .await;
+    b.click(&format!("form[action='/firms/{paused_firm}/pause'] button"))
+        .await;
+    b.wait_text("#firms", "paused", |t| t.contains("paused"))
+        .await;
+    // A pause reaches every node within `admission::PAUSE_REFRESH` (the documented bound).
+    tokio::time::sleep(briefrail::actors::admission::PAUSE_REFRESH + Duration::from_millis(500))
+        .await;
+
+    // Paused: a new upload of the firm waits, while another firm's upload is built.
+    let waiting = matter(
+        &db,
+        paused_firm,
+        "Initech v. Umbrella",
+        &[("Memo", "2024-05-02", "B.")],
+    )
+    .await;
+    let other = matter(
+        &db,
+        other_firm,
+        "Acme v. Wayne",
+        &[("Memo", "2024-05-03", "C.")],
+    )
+    .await;
+    common::eventually(
+        Duration::from_secs(20),
+        "the other firm's Brief",
+        || async { (state(other_firm, other).await == Some(Fresh)).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_ne!(
+        state(paused_firm, waiting).await,
+        Some(Fresh),
+        "a paused firm's upload was built"
+    );
+    b.go(&format!("{base}/firms")).await;
+    let table = b.text("#firms").await;
+    assert!(
+        table.contains("paused") && table.contains("1"),
+        "the paused firm shows its unserved matter: {table}"
+    );
+
+    b.click(&format!(
+        "form[action='/firms/{paused_firm}/resume'] button"
+    ))
+    .await;
+    b.wait_text("#firms", "active again", |t| !t.contains("paused"))
+        .await;
+    common::eventually(
+        Duration::from_secs(20),
+        "the resumed firm's Brief",
+        || async { (state(paused_firm, waiting).await == Some(Fresh)).then_some(()) },
+    )
+    .await;
+    let mut c = db.pool.get().await.unwrap();
+    let named = briefrail::ledger::fairness::resolve(&mut c, "Initech Legal")
+        .await
+        .unwrap();
+    assert_eq!(named, paused_firm);
+    drop(c);
+    b.close().await;
+    node.shutdown_within(Duration::from_secs(2)).await;
+}

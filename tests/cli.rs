@@ -649,3 +649,70 @@ async fn a_closed_stdout_ends_a_command_quietly() {
 fn libc_sigpipe() -> i32 {
     13
 }
+
+/// `firm` and `rail`: an operator names and weighs a firm by its id, then pauses it by its
+/// name; `firm list` shows it; a bulk request is background work; bad input is named.
+#[tokio::test]
+async fn an_operator_names_weighs_and_pauses_a_firm() {
+    let db = TestDb::new(1).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4().to_string(), Uuid::new_v4().to_string());
+    let m = ["--firm", firm.as_str(), "--matter", matter.as_str()];
+    ok(&briefrail(
+        &db.url,
+        &[
+            &["matter", "create"][..],
+            &m,
+            &["--title", "Acme v. Globex"],
+        ]
+        .concat(),
+    ));
+    ok(&briefrail(
+        &db.url,
+        &[
+            "firm", "set", "--firm", &firm, "--name", "Acme LLP", "--weight", "3",
+        ],
+    ));
+    ok(&briefrail(
+        &db.url,
+        &["firm", "pause", "--firm", "acme llp"],
+    ));
+    let list = ok(&briefrail(&db.url, &["firm", "list"]));
+    let row = list
+        .lines()
+        .find(|l| l.contains(&firm))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        row.contains("Acme LLP") && row.contains("paused") && row.contains(" 3 "),
+        "{list}"
+    );
+    assert!(list.starts_with("FIRM"), "a header row: {list}");
+    let all = ok(&briefrail(
+        &db.url,
+        &["brief", "request", "--firm", &firm, "--all"],
+    ));
+    assert!(all.contains("(background)"), "{all}");
+    let one = ok(&briefrail(
+        &db.url,
+        &[&["brief", "request"][..], &m].concat(),
+    ));
+    assert!(one.contains("interactive"), "{one}");
+    for (args, named) in [
+        (
+            vec!["firm", "set", "--firm", firm.as_str(), "--weight", "0"],
+            "out of range",
+        ),
+        (vec!["firm", "pause", "--firm", "Globex"], "Globex"),
+        (
+            [&["brief", "request"][..], &m, &["--class", "urgent"]].concat(),
+            "urgent",
+        ),
+    ] {
+        let out = briefrail(&db.url, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+    ok(&briefrail(&db.url, &["rail", "pause"]));
+    assert!(ok(&briefrail(&db.url, &["rail", "status"])).contains("rail paused"));
+    ok(&briefrail(&db.url, &["rail", "resume"]));
+}

@@ -123,6 +123,7 @@ async fn demand_and_nudge(db: &TestDb, node: &Node, firm: Uuid, matter: Uuid) ->
         },
         event_ids: vec![event_id],
         traceparent: Some(Traceparent::new_root().to_string()),
+        class: briefrail::ledger::DemandClass::Interactive,
         recorded_ago: None,
     });
     event_id

@@ -161,6 +161,7 @@ async fn serves_and_stops(db: &TestDb, s: Settings, what: &str) {
             event_ids: vec![],
             traceparent: None,
             recorded_ago: Some(ago),
+            class: briefrail::ledger::DemandClass::Interactive,
         });
         let mut c = db.pool.get().await.unwrap();
         let job = reads::job(&mut c, firm, matter).await.unwrap();

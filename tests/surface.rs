@@ -382,3 +382,148 @@ async fn no_log_line_or_error_message_contains_a_password() {
         "{err}"
     );
 }
+
+/// Who is served next, over the API: a firm named and weighed, paused and resumed, the rail
+/// paused, a Brief requested as background work, bad input named, and the per-firm metrics.
+#[actix_rt::test]
+async fn the_firms_api_names_pauses_and_reports_firms() {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = TOKEN.into();
+    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+        .pool(db.pool.clone())
+        .surface(briefrail::surface::http::admin())
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let client = awc::Client::default();
+    let auth = ("authorization", format!("Bearer {TOKEN}"));
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    drop(c);
+
+    let r = client
+        .get(format!("{base}/api/firms"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "the firms API needs the token");
+    let mut r = client
+        .put(format!("{base}/api/firms/{firm}"))
+        .insert_header(auth.clone())
+        .send_json(&serde_json::json!({"name": "Acme LLP", "weight": 3}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let f: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (f["name"].as_str(), f["weight"].as_i64()),
+        (Some("Acme LLP"), Some(3))
+    );
+    for (body, named) in [
+        (serde_json::json!({"weight": 0}), "out of range"),
+        (serde_json::json!({"colour": "red"}), "colour"),
+    ] {
+        let mut r = client
+            .put(format!("{base}/api/firms/{firm}"))
+            .insert_header(auth.clone())
+            .send_json(&body)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{body}");
+        let e: serde_json::Value = r.json().await.unwrap();
+        assert!(e["error"].as_str().unwrap().contains(named), "{e}");
+    }
+    // By its name; paused, then resumed.
+    let mut r = client
+        .post(format!("{base}/api/firms/Acme%20LLP/pause"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let f: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(f["paused"], true);
+    let mut r = client
+        .get(format!("{base}/api/firms/{firm}"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    let f: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (f["paused"].as_bool(), f["unserved"].as_i64()),
+        (Some(true), Some(1))
+    );
+    client
+        .post(format!("{base}/api/firms/{firm}/resume"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    let r = client
+        .get(format!("{base}/api/firms/Globex"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422, "an unknown firm name is named as such");
+
+    // The rail.
+    for (action, paused) in [("pause", true), ("resume", false)] {
+        client
+            .post(format!("{base}/api/rail/{action}"))
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap();
+        let mut r = client
+            .get(format!("{base}/api/rail"))
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap();
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["paused"], paused);
+    }
+
+    // A Brief requested as background work records its class; a class that is none is named.
+    let mut r = client
+        .post(format!(
+            "{base}/api/firms/{firm}/matters/{matter}/brief-requests?class=background"
+        ))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["class"], "background");
+    let mut r = client
+        .post(format!(
+            "{base}/api/firms/{firm}/matters/{matter}/brief-requests?class=urgent"
+        ))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert!(e["error"].as_str().unwrap().contains("urgent"), "{e}");
+
+    // The metrics name the firm once it has waiting work; the global alert gauge is there.
+    let mut r = client.get(format!("{base}/metrics")).send().await.unwrap();
+    let text = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    assert!(
+        text.contains("\nbriefrail_oldest_interactive_demand_seconds "),
+        "{text}"
+    );
+    node.shutdown().await;
+}

@@ -83,9 +83,9 @@ impl BuilderPool {
         }
     }
 
-    /// Waits for the right to hold one more claim (first come, first served).
-    pub async fn acquire(&self) -> Option<Hold> {
-        self.capacity.hold().await
+    /// The node's slots and holds.
+    pub fn capacity(&self) -> &Arc<Capacity> {
+        &self.capacity
     }
 
     /// The builder actor that hosts the next build.

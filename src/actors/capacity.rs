@@ -83,9 +83,19 @@ impl Capacity {
         })
     }
 
-    /// Waits for a hold (first come, first served).
+    /// Waits for a hold (first come, first served: only the node's admission waits here, and
+    /// it decides who gets each hold).
     pub async fn hold(self: &Arc<Self>) -> Option<Hold> {
         let permit = self.holds.clone().acquire_owned().await.ok()?;
+        Some(Hold {
+            permit: Some(permit),
+            capacity: self.clone(),
+        })
+    }
+
+    /// A hold if one is free now, without waiting.
+    pub fn try_hold(self: &Arc<Self>) -> Option<Hold> {
+        let permit = self.holds.clone().try_acquire_owned().ok()?;
         Some(Hold {
             permit: Some(permit),
             capacity: self.clone(),

@@ -19,6 +19,8 @@ pub struct NodeContext {
     pub metrics: Arc<Metrics>,
     /// The builder actors, their slots and the node's holds on claims.
     pub builders: BuilderPool,
+    /// Who takes the next hold: matters wait here in the ledger's fair order.
+    pub admission: Arc<super::admission::Admission>,
     /// Where claims go: together with the others asked for at the same time (one statement).
     pub claims: ClaimQueue,
     /// True once shutdown began: no new claims; follow-ups are released instead of built.

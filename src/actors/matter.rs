@@ -19,16 +19,18 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use uuid::Uuid;
 
+use super::admission::Grant;
 use super::builder::{BuildDone, BuildOutcome, Hold, RunBuild};
 use super::context::NodeContext;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
-use crate::ledger::{Claim, ClaimKind};
+use crate::ledger::{Claim, ClaimKind, DemandClass};
 use crate::metrics::Metrics;
 use crate::nudge::{MatterKey, Nudge};
 use crate::trace::Traceparent;
 
-/// Upper bound on taking a hold and claiming (waits for a hold included: a queue that long means
-/// the node is saturated, and the sweeper's reconcile brings the matter back).
+/// Upper bound on claiming once a hold is granted. The wait for a hold has none: it is a place
+/// in the fair order (`super::admission`), which a matter would lose by giving up; a node that
+/// drains lets every waiter go.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A matter actor reports that it has gone idle (its cycle ended with nothing pending); its
@@ -64,6 +66,11 @@ struct Pending {
     event_ids: Vec<Uuid>,
     /// The trace of every coalesced demand: the build links to all of them.
     traceparents: Vec<String>,
+    /// The most urgent class among them: one interactive demand makes the claim interactive.
+    class: Option<DemandClass>,
+    /// When the ledger recorded the oldest of them (as an instant of this process): its age
+    /// orders it among the matters waiting for a hold.
+    recorded_at: Option<Instant>,
 }
 
 pub struct MatterActor {
@@ -133,7 +140,15 @@ impl MatterActor {
         // The claim talks to the ledger only; a half-open connection must not leave this actor
         // in a cycle forever (it would ignore every later nudge).
         let fut = async move {
-            tokio::time::timeout(CLAIM_TIMEOUT, claim_cycle(&node, key, pending)).await.unwrap_or_else(|_| {
+            let recorded_at = pending.recorded_at.unwrap_or_else(Instant::now);
+            let grant = node
+                .admission
+                .admit(key, pending.class.unwrap_or_default(), recorded_at)
+                .await?;
+            if *node.draining.borrow() {
+                return None;
+            }
+            tokio::time::timeout(CLAIM_TIMEOUT, claim_cycle(&node, key, pending, grant)).await.unwrap_or_else(|_| {
                 tracing::warn!(firm_id = %key.firm_id, matter_id = %key.matter_id, "claim timed out; reconcile will retry");
                 None
             })
@@ -175,18 +190,15 @@ impl MatterActor {
     }
 }
 
-/// Hold, then claim. `Some` when this process won the matter; `None` when there was nothing to
-/// do, a live build elsewhere took the demand, or the ledger could not be reached (the sweeper's
-/// reconcile brings the matter back).
+/// Claim, on a granted hold. `Some` when this process won the matter; `None` when there was
+/// nothing to do, a live build elsewhere took the demand, or the ledger could not be reached
+/// (the sweeper's reconcile brings the matter back).
 async fn claim_cycle(
     node: &NodeContext,
     key: MatterKey,
     pending: Pending,
+    grant: Grant,
 ) -> Option<(Claim, Hold, Option<String>, Vec<Uuid>)> {
-    let hold = node.builders.acquire().await?;
-    if *node.draining.borrow() {
-        return None;
-    }
     // The run records the first demand's trace; the build span links every coalesced trace.
     let traces: Vec<String> = pending
         .traceparents
@@ -216,7 +228,9 @@ async fn claim_cycle(
     // holds the matter, or nothing to do) takes a connection of its own for the rest.
     let first = Box::pin(node.claims.ask(req.clone())).await.ok();
     if let Some(Some(claim)) = first {
-        return Some((claim, hold, trace_id, pending.event_ids));
+        tracing::debug!(firm_id = %key.firm_id, matter_id = %key.matter_id, token = claim.token,
+                        class = %pending.class.unwrap_or_default(), "claimed");
+        return Some((claim, grant.into_hold()?, trace_id, pending.event_ids));
     }
     let mut conn = match Box::pin(node.pool.get()).await {
         Ok(c) => c,
@@ -225,7 +239,9 @@ async fn claim_cycle(
             return None;
         }
     };
-    match Box::pin(t::claim_or_record_after(&mut conn, &req, first)).await {
+    let outcome = Box::pin(t::claim_or_record_after(&mut conn, &req, first)).await;
+    let hold = grant.into_hold()?;
+    match outcome {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, hold, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
         Ok(ClaimOutcome::Archived) => {
@@ -270,6 +286,11 @@ impl Handler<Nudge> for MatterActor {
         let quiet = now + debounce.saturating_sub(msg.recorded_ago.unwrap_or_default());
         let p = self.pending.get_or_insert_with(Pending::default);
         p.since.get_or_insert(now);
+        let recorded = now
+            .checked_sub(msg.recorded_ago.unwrap_or_default())
+            .unwrap_or(now);
+        p.recorded_at = Some(p.recorded_at.map_or(recorded, |r| r.min(recorded)));
+        p.class = Some(p.class.map_or(msg.class, |c| c.max(msg.class)));
         p.quiet_at = Some(p.quiet_at.map_or(quiet, |q| q.max(quiet)));
         p.event_ids.extend(msg.event_ids);
         if let Some(tp) = msg.traceparent {

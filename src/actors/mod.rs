@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  nudge ─▶ Supervisor ─▶ MatterActor (one per active matter: coalesces, owns the claim)
-//!                              │  hold (BuilderPool)  ▲ BuildDone (landed / follow-up / fenced / failed)
+//!                              │  hold, granted by Admission in the ledger's fair order
+//!                              │                      ▲ BuildDone (landed / follow-up / fenced / failed)
 //!                              ▼                      │
 //!                         BuilderActor: waits for one of builders.concurrency slots, builds,
 //!                         frees the slot, commits (carries token, heartbeats from the claim on)
@@ -13,6 +14,7 @@
 //! No actor holds truth: every decision that matters is a ledger statement, so a lost message
 //! or a restarted actor delays work and never loses or corrupts it.
 
+pub mod admission;
 pub mod builder;
 pub mod capacity;
 pub mod context;

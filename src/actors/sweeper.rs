@@ -15,6 +15,7 @@ use actix::prelude::*;
 use super::context::NodeContext;
 use super::retention::{Retention, RetentionReport};
 use crate::error::Result;
+use crate::ledger::DemandClass;
 use crate::ledger::transitions as t;
 use crate::metrics::Metrics;
 use crate::nudge::Nudge;
@@ -94,13 +95,20 @@ impl Sweeper {
         let unserved =
             t::unserved(&mut conn, node.settings.retry.max_attempts, batch, quiet).await?;
         drop(conn);
+        // Recovery and reconciliation are background work: served after counsel's uploads,
+        // and promoted with age like any background demand (docs/protocol.md, "Who is served
+        // next").
         for (m, _) in &expired {
-            nudges.do_send(Nudge::matter(m.firm_id, m.matter_id));
+            nudges.do_send(Nudge::matter(m.firm_id, m.matter_id).class(DemandClass::Background));
         }
         // The ledger found no change to these rows for `quiet`: their demands are at least that
         // old, so their debounce windows have passed.
         for m in &unserved {
-            nudges.do_send(Nudge::matter(m.firm_id, m.matter_id).recorded_ago(quiet));
+            nudges.do_send(
+                Nudge::matter(m.firm_id, m.matter_id)
+                    .recorded_ago(quiet)
+                    .class(DemandClass::Background),
+            );
         }
         Ok(SweepReport {
             expired: expired.len(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::watch;
 
+use super::admission::Admission;
 use super::builder::{BuildEnv, BuilderPool, Capacity};
 pub use super::context::NodeContext;
 use super::presence::{Depart, Presence};
@@ -84,7 +85,14 @@ impl Actors {
             cancel,
         });
         let builders = BuilderPool::start(env);
+        let admission = Admission::new(
+            builders.capacity().clone(),
+            pool.clone(),
+            settings.fairness.promote_after(),
+        );
+        actix::spawn(admission.clone().run(draining.clone()));
         let context = Arc::new(NodeContext {
+            admission,
             settings,
             claims: claims_in_batches(pool.clone(), lanes, BATCH_MAX),
             pool,

@@ -8,6 +8,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::event_name::EventName;
+use super::fairness::DemandClass;
 use super::models::MatterRow;
 use super::outbox::{NewEvent, record_event};
 use crate::error::{Error, Result};
@@ -42,8 +43,20 @@ pub async fn create_matter(
     matter_id: Uuid,
     title: &str,
 ) -> Result<Uuid> {
+    create_matter_as(conn, firm_id, matter_id, title, DemandClass::Interactive).await
+}
+
+/// [`create_matter`], its first Brief's demand of `class` (an import creating matters in bulk
+/// marks them [`DemandClass::Background`]).
+pub async fn create_matter_as(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    title: &str,
+    class: DemandClass,
+) -> Result<Uuid> {
     non_empty("title", title)?;
-    let event = NewEvent::new(firm_id, matter_id, EventName::MATTER_CREATED)?;
+    let event = NewEvent::new(firm_id, matter_id, EventName::MATTER_CREATED)?.class(class);
     let title = title.trim().to_owned();
     conn.transaction(async move |tx| {
         use record::matters::dsl as m;
@@ -66,8 +79,18 @@ pub async fn create_matter(
     .await
 }
 
-/// Adds a document to a live matter (`document.uploaded`).
+/// Adds a document to a live matter (`document.uploaded`): an interactive demand.
 pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Result<Uuid> {
+    add_document_as(conn, doc, DemandClass::Interactive).await
+}
+
+/// [`add_document`], its demand of `class` (an import marks its documents
+/// [`DemandClass::Background`] so that counsel's uploads are served first).
+pub async fn add_document_as(
+    conn: &mut AsyncPgConnection,
+    doc: NewDocument,
+    class: DemandClass,
+) -> Result<Uuid> {
     non_empty("title", &doc.title)?;
     if doc.body.contains('\0') {
         return Err(Error::InvalidInput(
@@ -76,7 +99,8 @@ pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Res
     }
     non_empty("document text", &doc.body)?;
     let event = NewEvent::new(doc.firm_id, doc.matter_id, EventName::DOCUMENT_UPLOADED)?
-        .payload(serde_json::json!({ "document_id": doc.document_id }));
+        .payload(serde_json::json!({ "document_id": doc.document_id }))
+        .class(class);
     conn.transaction(async move |tx| {
         live_matter(tx, doc.firm_id, doc.matter_id).await?;
         use record::documents::dsl as d;
@@ -96,13 +120,24 @@ pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Res
     .await
 }
 
-/// Asks for a fresh Brief of a live matter (`brief.requested`): the Regenerate button.
+/// Asks for a fresh Brief of a live matter (`brief.requested`): the Regenerate button, an
+/// interactive demand.
 pub async fn request_brief(
     conn: &mut AsyncPgConnection,
     firm_id: Uuid,
     matter_id: Uuid,
 ) -> Result<Uuid> {
-    let event = NewEvent::new(firm_id, matter_id, EventName::BRIEF_REQUESTED)?;
+    request_brief_as(conn, firm_id, matter_id, DemandClass::Interactive).await
+}
+
+/// [`request_brief`], its demand of `class`.
+pub async fn request_brief_as(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    matter_id: Uuid,
+    class: DemandClass,
+) -> Result<Uuid> {
+    let event = NewEvent::new(firm_id, matter_id, EventName::BRIEF_REQUESTED)?.class(class);
     conn.transaction(async move |tx| {
         live_matter(tx, firm_id, matter_id).await?;
         record_event(tx, &event).await
@@ -110,9 +145,19 @@ pub async fn request_brief(
     .await
 }
 
-/// Asks for a fresh Brief of every live matter of a firm (after a builder upgrade). Returns the
-/// event ids, one per matter, all in one transaction.
+/// Asks for a fresh Brief of every live matter of a firm (after a builder upgrade, or a
+/// restore): background demands, so they never hold up counsel's uploads. Returns the event
+/// ids, one per matter, all in one transaction.
 pub async fn request_brief_all(conn: &mut AsyncPgConnection, firm_id: Uuid) -> Result<Vec<Uuid>> {
+    request_brief_all_as(conn, firm_id, DemandClass::Background).await
+}
+
+/// [`request_brief_all`], its demands of `class`.
+pub async fn request_brief_all_as(
+    conn: &mut AsyncPgConnection,
+    firm_id: Uuid,
+    class: DemandClass,
+) -> Result<Vec<Uuid>> {
     conn.transaction(async move |tx| {
         use record::matters::dsl as m;
         let ids: Vec<Uuid> = m::matters
@@ -123,7 +168,7 @@ pub async fn request_brief_all(conn: &mut AsyncPgConnection, firm_id: Uuid) -> R
             .await?;
         let mut events = Vec::with_capacity(ids.len());
         for matter_id in ids {
-            let event = NewEvent::new(firm_id, matter_id, EventName::BRIEF_REQUESTED)?;
+            let event = NewEvent::new(firm_id, matter_id, EventName::BRIEF_REQUESTED)?.class(class);
             events.push(record_event(tx, &event).await?);
         }
         Ok(events)

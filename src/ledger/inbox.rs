@@ -59,6 +59,8 @@ pub struct Fact {
     /// How long before the trigger's transaction the ledger recorded the fact, by the ledger's
     /// clock, where the trigger asked (`None`: unknown). Its nudge's debounce counts from then.
     pub recorded_ago: Option<std::time::Duration>,
+    /// How urgently its demand is served, as the fact's row records it.
+    pub class: super::fairness::DemandClass,
 }
 
 impl Fact {
@@ -70,6 +72,7 @@ impl Fact {
             matter_id: row.matter_id,
             traceparent: row.traceparent.clone(),
             recorded_ago: None,
+            class: super::fairness::DemandClass::from_stored(&row.demand_class),
         }
     }
 }
@@ -318,6 +321,9 @@ pub struct Drained {
     /// Seconds, by the ledger's clock, from the event's recording to this batch.
     #[diesel(sql_type = diesel::sql_types::Double)]
     pub recorded_ago_s: f64,
+    /// The class of the fact's demand (`interactive` or `background`).
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub demand_class: String,
 }
 
 /// The embedded transport's batch, in one statement (`ops.drain_outbox`, next to
@@ -333,7 +339,7 @@ pub async fn drain_outbox(
     // Prepared once per session (`db::prepared`): the embedded transport's every batch.
     Ok(prepared(
         "SELECT event_id, firm_id, matter_id, traceparent, outcome, requested_generation,
-                recorded_ago_s
+                recorded_ago_s, demand_class
            FROM ops.drain_outbox($1, $2, $3)",
     )
     .bind::<Text, _>(consumer)

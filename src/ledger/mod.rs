@@ -19,6 +19,7 @@
 //!   reconcile: each one SQL statement, on the ledger clock ([`clock`]: the database clock,
 //!   which only tests move).
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
+//! * [`fairness`]: who is served next when build slots are scarce (class, firms, pause).
 //! * [`reads`]: what operators and tests look at.
 //! * [`retention`]: what the sweeper removes once no guarantee needs it.
 //! * [`text`]: text from outside made storable (Postgres `text` refuses NUL).
@@ -35,6 +36,7 @@ pub mod console;
 pub mod dead_letters;
 pub mod event_name;
 pub mod facts;
+pub mod fairness;
 pub mod inbox;
 pub mod models;
 pub mod outbox;
@@ -49,6 +51,7 @@ pub mod transitions;
 
 pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};
 pub use event_name::EventName;
+pub use fairness::DemandClass;
 pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
 pub use states::{ClaimKind, RunOutcome, RunStatus};
 pub use transitions::{ClaimOutcome, ClaimRequest, MatterRef, RetryPolicy};

@@ -148,4 +148,6 @@ pub struct OutboxRow {
     pub xact_id: i64,
     /// How often reconcile republished it unconsumed (failed publishes are `publish_attempts`).
     pub republish_count: i32,
+    /// The class of the demand this fact makes (`interactive` or `background`).
+    pub demand_class: String,
 }

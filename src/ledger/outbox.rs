@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::clock::ledger_now;
 use super::event_name::EventName;
+use super::fairness::DemandClass;
 use crate::db::prepared::prepared;
 use crate::error::Result;
 use crate::schema::ops;
@@ -28,6 +29,8 @@ pub struct NewEvent {
     pub payload: serde_json::Value,
     /// The trace context of the span that recorded the fact.
     pub traceparent: Option<Traceparent>,
+    /// How urgently the demand this fact makes is served (interactive unless marked).
+    pub class: DemandClass,
 }
 
 impl NewEvent {
@@ -41,6 +44,7 @@ impl NewEvent {
             event_name: EventName::parse(name)?,
             payload: serde_json::json!({}),
             traceparent: Some(Traceparent::new_root()),
+            class: DemandClass::Interactive,
         })
     }
 
@@ -53,23 +57,38 @@ impl NewEvent {
         self.traceparent = tp;
         self
     }
+
+    /// The same event, making a demand of `class` (a bulk import marks its facts
+    /// [`DemandClass::Background`], so counsel's uploads are served first).
+    pub fn class(mut self, class: DemandClass) -> Self {
+        self.class = class;
+        self
+    }
 }
 
 /// Inserts the event row. Call it inside the transaction that writes the fact. Returns the
 /// event id.
 pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Result<Uuid> {
     use ops::domain_event_outbox::dsl as o;
-    diesel::insert_into(o::domain_event_outbox)
-        .values((
-            o::event_id.eq(event.event_id),
-            o::firm_id.eq(event.firm_id),
-            o::matter_id.eq(event.matter_id),
-            o::event_name.eq(event.event_name.as_str()),
-            o::payload.eq(&event.payload),
-            o::traceparent.eq(event.traceparent.map(|t| t.to_string())),
-        ))
-        .execute(conn)
-        .await?;
+    let row = (
+        o::event_id.eq(event.event_id),
+        o::firm_id.eq(event.firm_id),
+        o::matter_id.eq(event.matter_id),
+        o::event_name.eq(event.event_name.as_str()),
+        o::payload.eq(&event.payload),
+        o::traceparent.eq(event.traceparent.map(|t| t.to_string())),
+    );
+    // Interactive is the column's default and is not named: an interactive fact records on a
+    // schema that has no class yet (an application upgraded before its database is migrated).
+    let insert = diesel::insert_into(o::domain_event_outbox);
+    if event.class == DemandClass::Interactive {
+        insert.values(row).execute(conn).await?;
+    } else {
+        insert
+            .values((row, o::demand_class.eq(event.class.as_str())))
+            .execute(conn)
+            .await?;
+    }
     tracing::debug!(event_id = %event.event_id, firm_id = %event.firm_id, matter_id = %event.matter_id,
                     event_name = %event.event_name, "outbox event recorded");
     Ok(event.event_id)
@@ -148,7 +167,8 @@ pub async fn mark_failed(
 macro_rules! outbox_columns {
     () => {
         "event_id, seq, firm_id, matter_id, event_name, payload, traceparent, created_at, \
-         published_at, publish_attempts, last_error, next_attempt_at, xact_id, republish_count"
+         published_at, publish_attempts, last_error, next_attempt_at, xact_id, republish_count, \
+         demand_class"
     };
 }
 
@@ -208,6 +228,7 @@ struct LeasedRow {
     next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
     xact_id: i64,
     republish_count: i32,
+    demand_class: String,
 }
 
 impl LeasedRow {
@@ -227,6 +248,7 @@ impl LeasedRow {
             next_attempt_at: self.next_attempt_at,
             xact_id: self.xact_id,
             republish_count: self.republish_count,
+            demand_class: self.demand_class,
         }
     }
 }

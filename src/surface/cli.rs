@@ -13,8 +13,10 @@ use crate::config::Settings;
 use crate::db;
 use crate::error::{Error, Result};
 use crate::ledger::console::{self, MatterState};
-use crate::ledger::{facts, reads};
+use crate::ledger::{DemandClass, facts, reads};
 
+#[path = "cli_firms.rs"]
+mod firms;
 #[path = "cli_operator.rs"]
 mod operator;
 
@@ -61,6 +63,13 @@ pub enum Command {
     /// Messages the trigger refused: list, replay through the inbox, discard.
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(DeadLettersCommand),
+    /// Firms: names, weights (their share of scarce build slots), pause and resume, and what
+    /// each has waiting.
+    #[command(subcommand)]
+    Firm(FirmCommand),
+    /// The whole rail: pause it (demands are recorded and wait) or resume it.
+    #[command(subcommand)]
+    Rail(RailCommand),
     /// Every node that ran against this ledger: version, start, last seen, builds in flight,
     /// alive or gone.
     Nodes {
@@ -195,7 +204,68 @@ pub enum DocumentCommand {
         /// The document's id (default: a new one).
         #[arg(long, value_name = "UUID")]
         id: Option<Uuid>,
+        /// How urgently its Brief is rebuilt: interactive (a person uploaded it; the default)
+        /// or background (an import: served after every firm's interactive demands).
+        #[arg(long, value_name = "CLASS", default_value = "interactive")]
+        class: DemandClass,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FirmCommand {
+    /// Every firm the ledger knows, with its weight, pause, unserved matters, builds running
+    /// and the age of its oldest unserved interactive demand.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One firm, as `firm list` shows it.
+    Show {
+        #[command(flatten)]
+        firm: FirmArg,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Name a firm or change its weight.
+    Set {
+        #[command(flatten)]
+        firm: FirmArg,
+        /// What operators call the firm (a client's name; unique). An empty name clears it.
+        #[arg(long)]
+        name: Option<String>,
+        /// The firm's share of scarce build slots against other firms' (1 to 1000; default 1).
+        #[arg(long, value_name = "N")]
+        weight: Option<i32>,
+    },
+    /// Pause a firm: its demands are recorded and wait; builds already running finish.
+    Pause {
+        #[command(flatten)]
+        firm: FirmArg,
+    },
+    /// Resume a paused firm: its waiting demands are served in their fair order.
+    Resume {
+        #[command(flatten)]
+        firm: FirmArg,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct FirmArg {
+    /// The firm: its id, or the name `firm set --name` gave it.
+    #[arg(long, value_name = "UUID|NAME")]
+    pub firm: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RailCommand {
+    /// Pause the whole rail: no demand of any firm is claimed until it is resumed.
+    Pause,
+    /// Resume the rail.
+    Resume,
+    /// Whether the rail is paused.
+    Status,
 }
 
 #[derive(Debug, Subcommand)]
@@ -221,6 +291,10 @@ pub enum BriefCommand {
         matter: Option<Uuid>,
         #[arg(long)]
         all: bool,
+        /// interactive or background. Default: interactive for one matter, background with
+        /// --all (a bulk request never holds up counsel's uploads).
+        #[arg(long, value_name = "CLASS")]
+        class: Option<DemandClass>,
     },
     /// Print a matter's current Brief (its latest landed frame) for a person, or as JSON.
     Show {
@@ -284,6 +358,7 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             file,
             text,
             id,
+            class,
         }) => {
             let body = document_body(file, text)?;
             let doc = facts::NewDocument {
@@ -294,11 +369,18 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
                 dated,
                 body,
             };
-            add_document(&mut conn, doc).await?;
+            add_document(&mut conn, doc, class).await?;
         }
-        Command::Brief(BriefCommand::Request { firm, matter, all }) => {
-            request_brief(&mut conn, firm, matter, all).await?;
+        Command::Brief(BriefCommand::Request {
+            firm,
+            matter,
+            all,
+            class,
+        }) => {
+            request_brief(&mut conn, firm, matter, all, class).await?;
         }
+        Command::Firm(c) => firms::firm(&mut conn, c).await?,
+        Command::Rail(c) => firms::rail(&mut conn, c).await?,
         Command::Brief(BriefCommand::Show { matter, json }) => {
             operator::brief_show(&mut conn, &matter, json).await?;
         }
@@ -433,9 +515,13 @@ fn document_body(file: Option<PathBuf>, text: Option<String>) -> Result<String> 
 }
 
 /// `document add`: records `document.uploaded` and prints the document's id and event.
-async fn add_document(conn: &mut AsyncPgConnection, doc: facts::NewDocument) -> Result<()> {
+async fn add_document(
+    conn: &mut AsyncPgConnection,
+    doc: facts::NewDocument,
+    class: DemandClass,
+) -> Result<()> {
     let document_id = doc.document_id;
-    let event = facts::add_document(conn, doc).await?;
+    let event = facts::add_document_as(conn, doc, class).await?;
     println!("document {document_id} added (event {event})");
     Ok(())
 }
@@ -446,16 +532,19 @@ async fn request_brief(
     firm: Uuid,
     matter: Option<Uuid>,
     all: bool,
+    class: Option<DemandClass>,
 ) -> Result<()> {
     if all {
-        let events = facts::request_brief_all(conn, firm).await?;
+        let class = class.unwrap_or(DemandClass::Background);
+        let events = facts::request_brief_all_as(conn, firm, class).await?;
         println!(
-            "brief requested for {} live matter(s) of firm {firm}",
+            "brief requested for {} live matter(s) of firm {firm} ({class})",
             events.len()
         );
     } else if let Some(matter) = matter {
-        let event = facts::request_brief(conn, firm, matter).await?;
-        println!("brief requested for matter {matter} (event {event})");
+        let class = class.unwrap_or(DemandClass::Interactive);
+        let event = facts::request_brief_as(conn, firm, matter, class).await?;
+        println!("brief requested for matter {matter} (event {event}, {class})");
     }
     Ok(())
 }

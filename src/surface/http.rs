@@ -26,7 +26,7 @@ use uuid::Uuid;
 use crate::config::{Settings, TransportKind};
 use crate::db::Pool;
 use crate::error::{Error, Result};
-use crate::ledger::{facts, reads};
+use crate::ledger::{DemandClass, facts, fairness, reads};
 use crate::metrics::Metrics;
 
 /// What the handlers share.
@@ -116,6 +116,7 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
                 "POST",
                 web::post().to(brief_request),
             ))
+            .configure(crate::surface::fairness_api::routes)
             .configure(crate::surface::console::routes)
     })
     .workers(1)
@@ -161,7 +162,7 @@ pub async fn method_not_allowed(allow: &'static str) -> HttpResponse {
         .json(json!({"error": format!("method not allowed here; allowed: {allow}")}))
 }
 
-fn authorized(req: &HttpRequest, state: &HttpState) -> bool {
+pub(crate) fn authorized(req: &HttpRequest, state: &HttpState) -> bool {
     crate::surface::console::auth::bearer_ok(req, state)
 }
 
@@ -184,7 +185,7 @@ pub fn status_of(e: &Error, input: StatusCode) -> StatusCode {
     }
 }
 
-fn error_response(e: &Error) -> HttpResponse {
+pub(crate) fn error_response(e: &Error) -> HttpResponse {
     HttpResponse::build(status_of(e, StatusCode::UNPROCESSABLE_ENTITY))
         .json(json!({"error": crate::secret::redact_urls(&e.to_string())}))
 }
@@ -289,9 +290,43 @@ async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     l.oldest_owed_fact_seconds.set(g.oldest_owed_seconds);
     l.retention_oldest_event_seconds.set(g.oldest_event_seconds);
     l.retention_oldest_run_seconds.set(g.oldest_run_seconds);
+    firm_gauges(&state).await;
     HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
         .body(state.metrics.render())
+}
+
+/// The per-firm gauges (the busiest firms only: `metrics::FIRM_LABELS`) and the oldest
+/// interactive demand of any firm.
+async fn firm_gauges(state: &HttpState) {
+    let read = async {
+        let mut c = state.pool.get().await?;
+        let busiest = fairness::busiest(&mut c, crate::metrics::FIRM_LABELS).await?;
+        Ok::<_, Error>(busiest)
+    }
+    .await;
+    let f = &state.metrics.firms;
+    f.clear();
+    let Ok(busiest) = read else { return };
+    // The busiest firms hold the oldest interactive demand, if there is one.
+    state
+        .metrics
+        .ledger
+        .oldest_interactive_demand_seconds
+        .set(fairness::oldest_interactive(&busiest));
+    for firm in &busiest {
+        let label = vec![(
+            "firm",
+            firm.name
+                .clone()
+                .unwrap_or_else(|| firm.firm_id.to_string()),
+        )];
+        f.unserved.get_or_create(&label).set(firm.unserved as f64);
+        f.running.get_or_create(&label).set(firm.running as f64);
+        if let Some(age) = firm.oldest_interactive_s {
+            f.oldest_interactive_seconds.get_or_create(&label).set(age);
+        }
+    }
 }
 
 async fn matter(
@@ -327,10 +362,17 @@ async fn matter(
     }
 }
 
+/// `?class=interactive|background` of a Brief request (interactive when absent).
+#[derive(Debug, serde::Deserialize)]
+struct RequestQuery {
+    class: Option<String>,
+}
+
 async fn brief_request(
     req: HttpRequest,
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
+    query: web::Query<RequestQuery>,
 ) -> HttpResponse {
     let (firm, matter) = match admit(&req, &state, &path) {
         Ok(v) => v,
@@ -338,12 +380,18 @@ async fn brief_request(
     };
     let result = async {
         let mut c = state.pool.get().await?;
-        facts::request_brief(&mut c, firm, matter).await
+        let class = match query.class.as_deref() {
+            None => DemandClass::Interactive,
+            Some(c) => DemandClass::parse(c)?,
+        };
+        let event = facts::request_brief_as(&mut c, firm, matter, class).await?;
+        Ok::<_, Error>((event, class))
     }
     .await;
     match result {
-        Ok(event_id) => HttpResponse::Accepted()
-            .json(json!({"event_id": event_id, "event_name": "brief.requested"})),
+        Ok((event_id, class)) => HttpResponse::Accepted().json(
+            json!({"event_id": event_id, "event_name": "brief.requested", "class": class.as_str()}),
+        ),
         Err(e) => error_response(&e),
     }
 }

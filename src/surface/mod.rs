@@ -8,6 +8,8 @@ pub mod cli;
 pub mod console;
 #[cfg(feature = "cli")]
 pub mod demo;
+#[cfg(feature = "http")]
+pub mod fairness_api;
 pub mod healthcheck;
 #[cfg(feature = "http")]
 pub mod http;

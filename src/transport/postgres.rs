@@ -130,6 +130,7 @@ pub async fn drain_once(opts: &PgTransportOptions, nudges: &Recipient<Nudge>) ->
                     event_ids: vec![row.event_id],
                     traceparent: row.traceparent.clone(),
                     recorded_ago: Some(outbox::seconds_ago(row.recorded_ago_s)),
+                    class: crate::ledger::DemandClass::from_stored(&row.demand_class),
                 });
             }
             other => tracing::debug!(event_id = %row.event_id, outcome = other, "no demand"),

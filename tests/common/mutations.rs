@@ -31,7 +31,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 13] = [
+const LIVE_HOMES: [&str; 14] = [
+    "migrations/2026-12-05-000023_fair_share/up.sql",
     "migrations/2026-12-04-000021_claims_by_their_rows/up.sql",
     "migrations/2026-12-03-000020_outbox_statements_by_key/up.sql",
     "migrations/2026-12-03-000018_triggers_in_one_statement/up.sql",
@@ -84,9 +85,111 @@ pub fn patched(function: &str, edits: &[(&str, &str)]) -> String {
     def
 }
 
+/// The live definition of `ops.<function>` with one edit made inside the line that carries the
+/// marker `-- rule: <rule>` (the marker names the rule; `from` must occur once in that line):
+/// a planted bug that survives any reformatting of the rest of the function.
+pub fn patched_rule(function: &str, rule: &str, from: &str, to: &str) -> String {
+    let def = patched(function, &[]);
+    let marker = format!("-- rule: {rule}");
+    let lines: Vec<&str> = def.lines().filter(|l| l.contains(&marker)).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "ops.{function} has {} lines marked {marker:?}",
+        lines.len()
+    );
+    let line = lines[0];
+    assert_eq!(
+        line.matches(from).count(),
+        1,
+        "the line marked {marker:?} of ops.{function} does not hold {from:?} once: {line:?}"
+    );
+    def.replacen(line, &line.replacen(from, to, 1), 1)
+}
+
 /// Every mutation, with its killers.
 pub fn all() -> Vec<Mutation> {
     vec![
+        Mutation {
+            name: "fair_pick_ignores_the_firms_load",
+            breaks: "fairness: the next claim goes to the firm with the fewest builds running",
+            sql: || {
+                patched_rule(
+                    "fair_pick",
+                    "fair share",
+                    "(coalesce(r.n, 0) + c.pending)::float8 / coalesce(f.weight, 1),",
+                    "",
+                )
+            },
+            killers: &[
+                "fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
+                "fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
+            ],
+        },
+        Mutation {
+            name: "fair_pick_ignores_the_weights",
+            breaks: "fairness: a firm's share of scarce slots follows its weight",
+            sql: || patched_rule("fair_pick", "fair share", " / coalesce(f.weight, 1)", ""),
+            killers: &[
+                "fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
+            ],
+        },
+        Mutation {
+            name: "fair_pick_background_before_interactive",
+            breaks: "fairness: interactive demands are claimed before background ones",
+            sql: || patched_rule("fair_pick", "interactive first", "DESC", "ASC"),
+            killers: &[
+                "fairness::interactive_demands_are_picked_before_background_ones",
+                "fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
+            ],
+        },
+        Mutation {
+            name: "fair_pick_never_promotes_background",
+            breaks: "fairness: background work is never starved (promoted after the bound)",
+            sql: || {
+                patched_rule(
+                    "fair_pick",
+                    "interactive first",
+                    " OR c.waited >= p_promote_secs",
+                    "",
+                )
+            },
+            killers: &[
+                "fairness::a_background_demand_waiting_past_the_bound_is_served_as_interactive",
+            ],
+        },
+        Mutation {
+            name: "fair_pick_serves_paused_firms",
+            breaks: "pause: a paused firm's demands wait until it is resumed",
+            sql: || {
+                patched_rule(
+                    "fair_pick",
+                    "paused firms wait",
+                    "NOT coalesce(f.paused, false)",
+                    "true",
+                )
+            },
+            killers: &["fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
+        },
+        Mutation {
+            name: "fair_pick_ignores_the_paused_rail",
+            breaks: "pause: nothing is claimed while the rail is paused",
+            sql: || {
+                patched_rule(
+                    "fair_pick",
+                    "rail paused",
+                    "coalesce((SELECT r.paused FROM ops.rail r), false)",
+                    "false",
+                )
+            },
+            killers: &["fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
+        },
+        Mutation {
+            name: "fair_pick_youngest_first",
+            breaks: "fairness: within a firm's share, the oldest demand is claimed first",
+            sql: || patched_rule("fair_pick", "oldest first", "DESC", "ASC"),
+            killers: &["fairness::within_a_firms_share_the_oldest_demand_is_picked_first"],
+        },
         Mutation {
             name: "outbox_pages_filled_to_the_brim",
             breaks: "speed: the relay's lease rewrites each row on its own page (no index entries)",

@@ -9,12 +9,14 @@
 //! | `GET /firms/{firm}/matters/{matter}` | the Brief, freshness, claim, runs, events; **Retry** and **Rebuild** |
 //! | `GET /dead-letters` | refused messages, **Replay** and **Discard** |
 //! | `GET /nodes` | every node of this ledger: version, start, last seen, builds in flight, alive or gone |
+//! | `GET /firms` | firms: name, weight, paused, unserved, running, oldest interactive demand; **Pause**, **Resume**, **Save**; the rail's pause |
 //!
 //! Pages refresh their live region every few seconds (`/assets/console.js`). Every figure is a
 //! ledger read; every action is a ledger statement (a demand, a replay through the inbox).
 
 pub mod auth;
 pub mod brief_view;
+pub mod firms_page;
 pub mod pages;
 
 use actix_web::{HttpResponse, web};
@@ -54,6 +56,17 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             web::post().to(pages::dead_letter_action),
         ))
         .service(only("/nodes", "GET", web::get().to(pages::nodes)))
+        .service(only("/firms", "GET", web::get().to(firms_page::firms)))
+        .service(only(
+            "/firms/{firm}/{action:pause|resume|set}",
+            "POST",
+            web::post().to(firms_page::firm_action),
+        ))
+        .service(only(
+            "/rail/{action:pause|resume}",
+            "POST",
+            web::post().to(firms_page::rail_action),
+        ))
         .service(only("/assets/console.css", "GET", web::get().to(css)))
         .service(only("/assets/console.js", "GET", web::get().to(js)));
 }

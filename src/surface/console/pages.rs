@@ -31,7 +31,7 @@ pub struct Chrome {
 }
 
 impl Chrome {
-    fn new(
+    pub(crate) fn new(
         state: &HttpState,
         viewer: &Viewer,
         section: &'static str,
@@ -71,7 +71,7 @@ pub fn secure(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseB
     b
 }
 
-fn page(viewer: &Viewer, t: &impl askama::Template) -> HttpResponse {
+pub(crate) fn page(viewer: &Viewer, t: &impl askama::Template) -> HttpResponse {
     match t.render() {
         Ok(html) => {
             let mut b = secure(HttpResponse::Ok());
@@ -89,7 +89,7 @@ fn when(t: Option<DateTime<Utc>>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-fn seconds(s: f64) -> String {
+pub(crate) fn seconds(s: f64) -> String {
     if s < 1.0 {
         format!("{:.0} ms", s * 1000.0)
     } else if s < 120.0 {
@@ -105,7 +105,7 @@ fn max_attempts(state: &HttpState) -> u32 {
     state.settings.retry.max_attempts
 }
 
-async fn conn(state: &HttpState) -> Result<crate::db::pool::Conn<'_>> {
+pub(crate) async fn conn(state: &HttpState) -> Result<crate::db::pool::Conn<'_>> {
     Ok(state.pool.get().await?)
 }
 
@@ -514,7 +514,7 @@ fn ids(path: &(String, String)) -> Result<(Uuid, Uuid)> {
 
 #[derive(Deserialize)]
 pub struct CsrfForm {
-    csrf: Option<String>,
+    pub(crate) csrf: Option<String>,
 }
 
 /// `POST .../retry` and `POST .../rebuild`: the two actions of a matter's page.

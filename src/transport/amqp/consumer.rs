@@ -517,6 +517,7 @@ fn nudge_of(fact: inbox::Fact) -> Nudge {
         event_ids: vec![fact.event_id],
         traceparent: fact.traceparent,
         recorded_ago: fact.recorded_ago,
+        class: fact.class,
     }
 }
 

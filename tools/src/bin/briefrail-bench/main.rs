@@ -4,9 +4,11 @@
 //! `briefrail-bench retention` runs only the retention measurement ([`retention`]; its size is
 //! `BRIEFRAIL_BENCH_RETENTION_ROWS`, default 10,000,000) and updates its entry in the file;
 //! `briefrail-bench e2e` only the end-to-end runs of the release binary ([`e2e`]; which runs:
-//! `BRIEFRAIL_BENCH_E2E`); `briefrail-bench core` everything but retention.
+//! `BRIEFRAIL_BENCH_E2E`); `briefrail-bench fair` only the multi-firm fairness runs ([`fair`]);
+//! `briefrail-bench core` everything but retention.
 
 mod e2e;
+mod fair;
 mod retention;
 
 use std::sync::Arc;
@@ -779,6 +781,12 @@ async fn main() -> R<()> {
             admin::drop_database(&server, &name).await?;
             return Ok(());
         }
+        Some("fair") => {
+            let mut results = earlier_results();
+            fair::fair_section(&server, &mut results).await?;
+            results.insert("fair_measured_at".into(), json!(chrono::Utc::now()));
+            return write_results(results);
+        }
         Some("e2e") => {
             let mut results = earlier_results();
             e2e_section(&server, &mut results).await?;
@@ -787,7 +795,7 @@ async fn main() -> R<()> {
         }
         Some(other) => {
             return Err(format!(
-                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e` or `retention`"
+                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e`, `fair`, `latency`, `scale`, `relay` or `retention`"
             )
             .into());
         }
@@ -932,6 +940,7 @@ async fn main() -> R<()> {
     drop(pool);
     admin::drop_database(&server, &name).await?;
     e2e_section(&server, &mut results).await?;
+    fair::fair_section(&server, &mut results).await?;
     if !core {
         retention_section(&server, &mut results).await?;
         results.insert("retention_measured_at".into(), json!(chrono::Utc::now()));

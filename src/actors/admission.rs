@@ -1,0 +1,446 @@
+//! Admission: which waiting matter takes the node's next hold, in the ledger's fair order.
+//!
+//! A matter actor takes a hold before it claims, and the node has few holds when builds are
+//! slow (one per slot). Who gets a hold that comes free is who is built next, so that choice is
+//! where fairness lives: a first-come queue there served one firm's bulk import ahead of every
+//! other firm's uploads. Matters now wait here grouped by firm and class, and a hold goes to
+//! the group `ops.fair_pick` names (interactive first, then the firm with the fewest builds
+//! running on every node per unit of weight, then the oldest: `crate::ledger::fairness`).
+//!
+//! The ledger is asked only when the choice is real: with one group waiting, and that firm not
+//! paused, the hold goes to its oldest matter at once; with none waiting and a hold free, the
+//! matter takes it on the spot. What is paused is read from the ledger every
+//! [`PAUSE_REFRESH`], so a pause or a resume takes effect on every node within it. If the
+//! ledger cannot answer the pick, the node orders its waiters by the same rules with what it
+//! knows (its own claims, the pauses it read last) rather than stall: order is never a
+//! question of correctness, the claim's compare-and-swap is.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, oneshot, watch};
+use uuid::Uuid;
+
+use super::capacity::{Capacity, Hold};
+use crate::db::Pool;
+use crate::ledger::DemandClass;
+use crate::ledger::fairness::{self, Candidate, Paused};
+use crate::nudge::MatterKey;
+
+/// How often a node reads what is paused.
+pub const PAUSE_REFRESH: Duration = Duration::from_secs(1);
+/// How long the pick may take before the node orders its waiters itself.
+const PICK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The node's admission: its waiting matters and who gets the next hold.
+pub struct Admission {
+    capacity: Arc<Capacity>,
+    pool: Pool,
+    promote_after: Duration,
+    queue: Mutex<Queue>,
+    /// Rung when a matter starts waiting, and when the node starts draining.
+    wake: Notify,
+}
+
+/// Matters waiting for a hold, by firm and class, and the claims this node granted that the
+/// ledger does not show as running yet.
+#[derive(Default)]
+struct Queue {
+    groups: HashMap<(Uuid, DemandClass), BinaryHeap<Waiter>>,
+    /// Granted, not yet claimed, by firm: counted as running by the pick, so that a burst of
+    /// grants does not all go to the firm the ledger last saw idle.
+    pending: HashMap<Uuid, u32>,
+    paused: Paused,
+    seq: u64,
+    /// The node is draining: nobody new waits, and waiters are let go.
+    closed: bool,
+}
+
+impl Queue {
+    fn waiting(&self) -> usize {
+        self.groups.values().map(BinaryHeap::len).sum()
+    }
+
+    /// Drops waiters that stopped waiting (their matter actor gave up) and empty groups.
+    fn prune(&mut self) {
+        for heap in self.groups.values_mut() {
+            if heap.iter().any(|w| w.reply.is_closed()) {
+                heap.retain(|w| !w.reply.is_closed());
+            }
+        }
+        self.groups.retain(|_, h| !h.is_empty());
+    }
+
+    /// One candidate per group: its oldest waiter.
+    fn candidates(&self) -> Vec<((Uuid, DemandClass), Candidate)> {
+        let mut out: Vec<_> = self
+            .groups
+            .iter()
+            .filter_map(|(&(firm_id, class), heap)| {
+                let head = heap.peek()?;
+                Some((
+                    (firm_id, class),
+                    Candidate {
+                        firm_id,
+                        class,
+                        waited: head.recorded_at.elapsed(),
+                        pending: self.pending.get(&firm_id).copied().unwrap_or(0),
+                    },
+                ))
+            })
+            .collect();
+        // A stable order, so that equal candidates are decided the same way every time.
+        out.sort_by_key(|((firm, class), _)| (*firm, *class));
+        out
+    }
+
+    fn add_pending(&mut self, firm: Uuid) {
+        *self.pending.entry(firm).or_default() += 1;
+    }
+
+    fn settle_pending(&mut self, firm: Uuid) {
+        if let Some(n) = self.pending.get_mut(&firm) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.pending.remove(&firm);
+            }
+        }
+    }
+}
+
+/// A matter waiting for a hold.
+struct Waiter {
+    recorded_at: Instant,
+    seq: u64,
+    reply: oneshot::Sender<Grant>,
+}
+
+impl PartialEq for Waiter {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Waiter {}
+impl PartialOrd for Waiter {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Waiter {
+    /// The oldest demand is the greatest (a `BinaryHeap` pops the greatest); arrival breaks ties.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other
+            .recorded_at
+            .cmp(&self.recorded_at)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// A hold granted to a matter. It counts as one of its firm's claims on this node until
+/// [`Grant::into_hold`] (after the claim) or until it is dropped.
+pub struct Grant {
+    hold: Option<Hold>,
+    firm_id: Uuid,
+    admission: Arc<Admission>,
+}
+
+impl Grant {
+    /// The hold, once the claim it was granted for has been answered: from now on the ledger
+    /// counts the claim (or there is none to count).
+    pub fn into_hold(mut self) -> Option<Hold> {
+        self.hold.take()
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.admission.queue.lock() {
+            q.settle_pending(self.firm_id);
+        }
+    }
+}
+
+impl Admission {
+    pub fn new(capacity: Arc<Capacity>, pool: Pool, promote_after: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            capacity,
+            pool,
+            promote_after,
+            queue: Mutex::new(Queue::default()),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Matters waiting for a hold now.
+    pub fn waiting(&self) -> usize {
+        self.queue.lock().map(|q| q.waiting()).unwrap_or(0)
+    }
+
+    /// Waits for a hold for `key`'s demand of `class`, recorded at `recorded_at` (by the
+    /// ledger's clock, carried as an instant of this process). `None` once the node drains.
+    pub async fn admit(
+        self: &Arc<Self>,
+        key: MatterKey,
+        class: DemandClass,
+        recorded_at: Instant,
+    ) -> Option<Grant> {
+        let rx = {
+            let mut q = self.queue.lock().ok()?;
+            if q.closed {
+                return None;
+            }
+            if q.groups.is_empty() && !q.paused.holds(key.firm_id) {
+                if let Some(hold) = self.capacity.try_hold() {
+                    q.add_pending(key.firm_id);
+                    return Some(self.grant(hold, key.firm_id));
+                }
+            }
+            let (tx, rx) = oneshot::channel();
+            q.seq += 1;
+            let seq = q.seq;
+            q.groups
+                .entry((key.firm_id, class))
+                .or_default()
+                .push(Waiter {
+                    recorded_at,
+                    seq,
+                    reply: tx,
+                });
+            rx
+        };
+        self.wake.notify_one();
+        rx.await.ok()
+    }
+
+    fn grant(self: &Arc<Self>, hold: Hold, firm_id: Uuid) -> Grant {
+        Grant {
+            hold: Some(hold),
+            firm_id,
+            admission: self.clone(),
+        }
+    }
+
+    /// Hands out holds until the node drains (its one task: see the module).
+    pub async fn run(self: Arc<Self>, mut draining: watch::Receiver<bool>) {
+        let mut refresh = tokio::time::interval(PAUSE_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if *draining.borrow() {
+                break;
+            }
+            let waiting = self.queue.lock().map(|q| q.waiting()).unwrap_or(0);
+            if waiting == 0 {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = refresh.tick() => self.refresh_paused().await,
+                    _ = draining.changed() => {}
+                }
+                continue;
+            }
+            let hold = tokio::select! {
+                h = self.capacity.hold() => h,
+                _ = refresh.tick() => { self.refresh_paused().await; continue; }
+                _ = draining.changed() => continue,
+            };
+            let Some(hold) = hold else { break };
+            if !self.hand_out(hold).await {
+                // Every waiter's firm is paused: look again when something changes.
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = refresh.tick() => self.refresh_paused().await,
+                    _ = draining.changed() => {}
+                }
+            }
+        }
+        if let Ok(mut q) = self.queue.lock() {
+            q.closed = true;
+            q.groups.clear();
+        }
+    }
+
+    /// Gives `hold` to the waiter the fair order names. False when nobody may have it now
+    /// (every waiter's firm is paused); the hold is given back.
+    async fn hand_out(self: &Arc<Self>, mut hold: Hold) -> bool {
+        loop {
+            let (candidates, paused) = {
+                let Ok(mut q) = self.queue.lock() else {
+                    return false;
+                };
+                q.prune();
+                (q.candidates(), q.paused.clone())
+            };
+            if candidates.is_empty() {
+                return true;
+            }
+            let pick = if candidates.len() == 1 && !paused.holds(candidates[0].1.firm_id) {
+                Some(0)
+            } else {
+                self.pick(&candidates, &paused).await
+            };
+            let Some(i) = pick else {
+                return false;
+            };
+            let group = candidates[i].0;
+            let waiter = {
+                let Ok(mut q) = self.queue.lock() else {
+                    return false;
+                };
+                let w = q.groups.get_mut(&group).and_then(BinaryHeap::pop);
+                if q.groups.get(&group).is_some_and(BinaryHeap::is_empty) {
+                    q.groups.remove(&group);
+                }
+                if w.is_some() {
+                    q.add_pending(group.0);
+                }
+                w
+            };
+            let Some(waiter) = waiter else { continue };
+            match waiter.reply.send(self.grant(hold, group.0)) {
+                Ok(()) => return true,
+                // It stopped waiting meanwhile: the next one.
+                Err(mut grant) => match grant.hold.take() {
+                    Some(h) => hold = h,
+                    None => return true,
+                },
+            }
+        }
+    }
+
+    /// The ledger's pick among `candidates`; the same rules on this node's knowledge when the
+    /// ledger cannot answer in time.
+    async fn pick(
+        &self,
+        candidates: &[((Uuid, DemandClass), Candidate)],
+        paused: &Paused,
+    ) -> Option<usize> {
+        let cands: Vec<Candidate> = candidates.iter().map(|(_, c)| *c).collect();
+        let asked = tokio::time::timeout(PICK_TIMEOUT, async {
+            let mut conn = self.pool.get().await?;
+            fairness::pick(&mut conn, &cands, self.promote_after).await
+        })
+        .await;
+        match asked {
+            Ok(Ok(pick)) => pick,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the fair pick failed; ordering this node's waiters itself");
+                local_pick(&cands, paused, self.promote_after)
+            }
+            Err(_) => {
+                tracing::warn!("the fair pick timed out; ordering this node's waiters itself");
+                local_pick(&cands, paused, self.promote_after)
+            }
+        }
+    }
+
+    async fn refresh_paused(&self) {
+        let read = tokio::time::timeout(PICK_TIMEOUT, async {
+            let mut conn = self.pool.get().await?;
+            fairness::paused(&mut conn).await
+        })
+        .await;
+        match read {
+            Ok(Ok(paused)) => {
+                let changed = {
+                    let Ok(mut q) = self.queue.lock() else { return };
+                    let changed = q.paused != paused;
+                    if changed {
+                        tracing::info!(
+                            rail_paused = paused.rail,
+                            firms_paused = paused.firms.len(),
+                            "what is paused changed"
+                        );
+                    }
+                    q.paused = paused;
+                    changed
+                };
+                if changed {
+                    self.wake.notify_one();
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "could not read what is paused"),
+            Err(_) => tracing::debug!("reading what is paused timed out"),
+        }
+    }
+}
+
+/// The fair order of `ops.fair_pick` on what a node knows alone: its own grants instead of
+/// the fleet's running builds, the pauses it read last.
+fn local_pick(cands: &[Candidate], paused: &Paused, promote_after: Duration) -> Option<usize> {
+    cands
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !paused.holds(c.firm_id))
+        .min_by(|(_, a), (_, b)| {
+            let tier =
+                |c: &Candidate| !(c.class == DemandClass::Interactive || c.waited >= promote_after);
+            tier(a)
+                .cmp(&tier(b))
+                .then(a.pending.cmp(&b.pending))
+                .then(b.waited.cmp(&a.waited))
+        })
+        .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(firm: Uuid, class: DemandClass, waited_ms: u64, pending: u32) -> Candidate {
+        Candidate {
+            firm_id: firm,
+            class,
+            waited: Duration::from_millis(waited_ms),
+            pending,
+        }
+    }
+
+    #[test]
+    fn the_local_order_is_class_then_share_then_age_and_skips_paused_firms() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let promote = Duration::from_secs(60);
+        let p = Paused::default();
+        let bg_old = cand(a, DemandClass::Background, 50_000, 0);
+        let inter_busy = cand(a, DemandClass::Interactive, 10, 3);
+        let inter_idle = cand(b, DemandClass::Interactive, 5, 0);
+        assert_eq!(
+            local_pick(&[bg_old, inter_busy, inter_idle], &p, promote),
+            Some(2)
+        );
+        assert_eq!(local_pick(&[bg_old, inter_busy], &p, promote), Some(1));
+        let bg_aged = cand(b, DemandClass::Background, 61_000, 0);
+        assert_eq!(
+            local_pick(&[inter_busy, bg_aged], &p, promote),
+            Some(1),
+            "aged background joins the interactive tier"
+        );
+        let mut paused = Paused::default();
+        paused.firms.insert(b);
+        assert_eq!(
+            local_pick(&[inter_busy, inter_idle], &paused, promote),
+            Some(0)
+        );
+        paused.rail = true;
+        assert_eq!(
+            local_pick(&[inter_busy, inter_idle], &paused, promote),
+            None
+        );
+    }
+
+    #[test]
+    fn the_oldest_waiter_of_a_group_comes_first() {
+        let now = Instant::now();
+        let mut heap = BinaryHeap::new();
+        for (i, ago) in [5u64, 50, 20].into_iter().enumerate() {
+            let (tx, _rx) = oneshot::channel();
+            heap.push(Waiter {
+                recorded_at: now - Duration::from_millis(ago),
+                seq: i as u64,
+                reply: tx,
+            });
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| heap.pop().map(|w| w.seq)).collect();
+        assert_eq!(order, vec![1, 2, 0]);
+    }
+}

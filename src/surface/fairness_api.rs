@@ -1,0 +1,176 @@
+//! The JSON API of who is served next (`ledger::fairness`), for scripts: list and read firms,
+//! name and weigh them, pause and resume a firm or the whole rail. Every route takes the admin
+//! bearer token, like the rest of `/api`.
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `GET /api/firms` | every firm: name, weight, paused, unserved, running, oldest interactive age |
+//! | `GET /api/firms/{firm}` | one firm (its id or its name) |
+//! | `PUT /api/firms/{firm}` | `{"name"?, "weight"?, "paused"?}`: set what is given |
+//! | `POST /api/firms/{firm}/{pause,resume}` | pause or resume a firm |
+//! | `GET /api/rail`, `POST /api/rail/{pause,resume}` | the whole rail |
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::json;
+
+use super::http::{HttpState, error_response, only, unauthorized};
+use crate::error::{Error, Result};
+use crate::ledger::fairness::{self, FirmSettings};
+
+/// The routes above, each answering 405 with `Allow` for another method.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(only("/api/firms", "GET", web::get().to(list)))
+        .service(
+            web::resource("/api/firms/{firm}")
+                .route(web::get().to(show))
+                .route(web::put().to(set))
+                .default_service(web::to(|| super::http::method_not_allowed("GET, PUT"))),
+        )
+        .service(only(
+            "/api/firms/{firm}/{action:pause|resume}",
+            "POST",
+            web::post().to(pause_firm),
+        ))
+        .service(only("/api/rail", "GET", web::get().to(rail)))
+        .service(only(
+            "/api/rail/{action:pause|resume}",
+            "POST",
+            web::post().to(pause_rail),
+        ));
+}
+
+/// What `PUT /api/firms/{firm}` takes; unknown fields are refused by name.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FirmBody {
+    name: Option<String>,
+    weight: Option<i32>,
+    paused: Option<bool>,
+}
+
+fn answer<T: serde::Serialize>(r: Result<T>) -> HttpResponse {
+    match r {
+        Ok(v) => HttpResponse::Ok().json(v),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn list(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    answer(
+        async {
+            let mut c = state.pool.get().await?;
+            fairness::firms(&mut c).await
+        }
+        .await,
+    )
+}
+
+async fn show(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    answer(
+        async {
+            let mut c = state.pool.get().await?;
+            let id = fairness::resolve(&mut c, &path).await?;
+            fairness::firm(&mut c, id)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("firm {id}")))
+        }
+        .await,
+    )
+}
+
+async fn set(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    let body: FirmBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return HttpResponse::UnprocessableEntity()
+                .json(json!({"error": format!("the body is not a firm's settings: {e}")}));
+        }
+    };
+    let settings = FirmSettings {
+        name: body.name,
+        weight: body.weight,
+        paused: body.paused,
+    };
+    answer(set_and_show(&state, &path, &settings).await)
+}
+
+async fn pause_firm(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    let (firm, action) = path.into_inner();
+    let settings = FirmSettings {
+        paused: Some(action == "pause"),
+        ..Default::default()
+    };
+    answer(set_and_show(&state, &firm, &settings).await)
+}
+
+/// Sets `settings` on the firm named by `firm` (an id or a name) and answers it as it is now.
+async fn set_and_show(
+    state: &HttpState,
+    firm: &str,
+    settings: &FirmSettings,
+) -> Result<fairness::FirmView> {
+    let mut c = state.pool.get().await?;
+    let id = fairness::resolve(&mut c, firm).await?;
+    fairness::set_firm(&mut c, id, settings).await?;
+    fairness::firm(&mut c, id)
+        .await?
+        .ok_or_else(|| Error::internal(format!("firm {id} vanished after it was set")))
+}
+
+async fn rail(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    answer(
+        async {
+            let mut c = state.pool.get().await?;
+            let p = fairness::paused(&mut c).await?;
+            Ok(json!({"paused": p.rail, "paused_firms": p.firms.len()}))
+        }
+        .await,
+    )
+}
+
+async fn pause_rail(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    let paused = path.as_str() == "pause";
+    answer(
+        async {
+            let mut c = state.pool.get().await?;
+            fairness::set_rail_paused(&mut c, paused).await?;
+            Ok(json!({"paused": paused}))
+        }
+        .await,
+    )
+}
