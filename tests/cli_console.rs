@@ -326,7 +326,7 @@ async fn a_matter_out_of_retries_says_so_in_the_log_with_what_to_do() {
     ));
     let st: serde_json::Value = serde_json::from_str(&st).unwrap();
     // The node's retry.max_attempts is 2; this reader's default is 5, and says "failed": the
-    // judgement of a reader is its own settings', stated in the README.
+    // judgement of a reader is its own settings', stated in docs/configuration.md.
     assert!(
         st["state"] == "failed" || st["state"] == "retries_exhausted",
         "{st}"

@@ -1,8 +1,8 @@
 //! The deploy recipes as written.
 //!
-//! * README.md's systemd install block, extracted and run as root (twice: it is idempotent)
-//!   with every path it installs to under a scratch root of this run, the unit checked
-//!   (`systemd-analyze verify`, and against what the block installed), the README's migrate
+//! * The systemd install block of docs/operations.md, extracted and run as root (twice: it is
+//!   idempotent) with every path it installs to under a scratch root of this run, the unit
+//!   checked (`systemd-analyze verify`, and against what the block installed), the guide's migrate
 //!   line run, then the unit's `ExecStart` run as the unit would: as its `User`/`Group`, with
 //!   only its `EnvironmentFile`'s variables, in its `WorkingDirectory`, stderr not a terminal
 //!   (as the journal is not). It must serve `/healthz` and `/readyz` and write no colour codes.
@@ -39,17 +39,17 @@ fn read(path: &str) -> String {
         .unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The ```sh block that follows `<!-- deploy-test: {marker}` in README.md.
-fn readme_block(marker: &str) -> String {
-    let readme = read("README.md");
+/// The ```sh block that follows `<!-- deploy-test: {marker}` in docs/operations.md.
+fn guide_block(marker: &str) -> String {
+    let guide = read("docs/operations.md");
     let tag = format!("<!-- deploy-test: {marker}");
-    let after = readme
+    let after = guide
         .split_once(&tag)
-        .unwrap_or_else(|| panic!("README.md has no `{tag}` marker"))
+        .unwrap_or_else(|| panic!("docs/operations.md has no `{tag}` marker"))
         .1;
     let body = after
         .split_once("```sh\n")
-        .unwrap_or_else(|| panic!("no ```sh block after `{tag}` in README.md"))
+        .unwrap_or_else(|| panic!("no ```sh block after `{tag}` in docs/operations.md"))
         .1;
     body.split_once("\n```")
         .unwrap_or_else(|| panic!("the block after `{tag}` is not closed"))
@@ -58,7 +58,7 @@ fn readme_block(marker: &str) -> String {
 }
 
 /// `text` with every installed path under `root`; fails if any path outside it remains, so
-/// an edit of the README can never make this test write to the machine's /etc.
+/// an edit of the guide can never make this test write to the machine's /etc.
 fn under_root(text: &str, root: &Path) -> String {
     let root = root.display().to_string();
     for p in INSTALLED {
@@ -205,14 +205,14 @@ impl Drop for Cleanup {
 }
 
 #[test]
-fn the_readme_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
+fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
     let uid = String::from_utf8_lossy(&Command::new(tool("id")).arg("-u").output().unwrap().stdout)
         .trim()
         .to_owned();
     assert_eq!(
         uid, "0",
-        "tests/deploy.rs runs the README's systemd recipe, which creates the system user \
-         briefrail: run it as root (e.g. `sudo -E cargo test --test deploy`)"
+        "tests/deploy.rs runs the systemd recipe of docs/operations.md, which creates the system \
+         user briefrail: run it as root (e.g. `sudo -E cargo test --test deploy`)"
     );
     for t in [
         "useradd", "install", "runuser", "setpriv", "flock", "id", "kill",
@@ -233,7 +233,7 @@ fn the_readme_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_t
     };
 
     // The install block, as written but for the binary's path and the scratch root.
-    let block = readme_block("install");
+    let block = guide_block("install");
     let release = "target/release/briefrail";
     assert!(block.contains(release), "the block installs {release}");
     let script = under_root(
@@ -350,8 +350,8 @@ fn the_readme_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_t
     std::fs::write(at("/etc/briefrail/env"), env_text).unwrap();
     check("/etc/briefrail/env", 0o640, 0, user_gid);
 
-    // The README's migrate line, as written (as the service user, with the service's env).
-    let start = readme_block("start");
+    // The guide's migrate line, as written (as the service user, with the service's env).
+    let start = guide_block("start");
     let migrate = start
         .lines()
         .find(|l| l.starts_with("runuser") && l.contains(" migrate"))

@@ -2112,8 +2112,8 @@ async fn the_outbox_is_never_read_whole_to_publish_an_event() {
 /// The pool hands out the session returned to it last (bb8's LIFO queue), so a node's
 /// statements run on the fewest sessions: each session compiles the PL/pgSQL transitions on its
 /// first call and keeps its plans and catalog caches, and with the default FIFO queue every
-/// session of the pool took every kind of statement in turn (README, "Benchmark": the ninth
-/// round measured LIFO against FIFO).
+/// session of the pool took every kind of statement in turn (CHANGELOG.md, "Performance": LIFO
+/// measured against FIFO).
 #[tokio::test]
 async fn the_pool_hands_out_the_session_returned_last() {
     let db = TestDb::new(1).await.unwrap();

@@ -1,4 +1,4 @@
-//! Backup and restore (README, "Backup and restore"): a `pg_dump -Fc` of the ledger taken
+//! Backup and restore (docs/backup-and-restore.md): a `pg_dump -Fc` of the ledger taken
 //! while builds are in flight, the original going on after it, then `pg_restore` into a new
 //! database and a node started there. The rail recovers: a claim of the lost past is fenced by
 //! its run id although its token number is handed out again, the claims that were running in
@@ -394,7 +394,7 @@ async fn a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_eve
                 .is_none()
             && lost_events.len() >= lost_documents.len(),
         "facts recorded after the backup's instant are gone from the restored record: the \
-         README must tell operators to record the uploads made after the backup again, or to \
+         guide must tell operators to record the uploads made after the backup again, or to \
          use point-in-time recovery (documents {lost_documents:?}, restored {restored_documents:?})"
     );
 

@@ -56,7 +56,7 @@ fn newest_source(paths: &[PathBuf]) -> SystemTime {
 }
 
 /// Every fault kind the suite must inject, by the name its summary prints (catalogue rows in
-/// `../shared/design/FAULTS.md`; the README maps each row to what covers it).
+/// `../shared/design/FAULTS.md`; docs/testing.md maps each row to what covers it).
 const KINDS: [&str; 26] = [
     "sigstop-past-lease",
     "stall-before-commit",

@@ -191,7 +191,7 @@ struct Latency {
     p99: f64,
     max: f64,
     /// The slowest of the first [`WARM_UP`] facts after the node started: each new pooled
-    /// session compiles the transitions on its first call of each (README, "Benchmark").
+    /// session compiles the transitions on its first call of each (docs/performance.md).
     cold_max: f64,
     /// Every measured fact, stage by stage, slowest first.
     stages: Vec<Stages>,
