@@ -539,6 +539,9 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
     b.type_into("#token", TOKEN).await;
     b.click("button[type=submit]").await;
     b.wait_url("/firms", |u| u.ends_with("/firms")).await;
+    let id = paused_firm.to_string();
+    b.wait_text("#firms", "the firm's row", |t| t.contains(&id))
+        .await;
     let row = format!("form[action='/firms/{paused_firm}/set']");
     b.type_into(&format!("{row} input[name=name]"), "Initech Legal")
         .await;
@@ -586,6 +589,13 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
         table.contains("paused") && table.contains("1"),
         "the paused firm shows its unserved matter: {table}"
     );
+    b.go(&format!("{base}/")).await;
+    let oldest = b.text("#oldest-interactive").await;
+    assert!(
+        oldest.contains("Initech Legal"),
+        "the overview names the firm whose upload waits: {oldest}"
+    );
+    b.go(&format!("{base}/firms")).await;
 
     b.click(&format!(
         "form[action='/firms/{paused_firm}/resume'] button"

@@ -554,6 +554,32 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
     let (_, second) = get(base, &cookie, "/matters?q=bulk&page=2").await;
     assert_eq!(second.matches("Bulk matter").count(), 5);
     assert!(second.contains("Bulk matter 54") && second.contains("rel=\"prev\""));
+
+    // The firm filter takes the firm's name; a name nobody has is a styled page naming it.
+    {
+        let mut conn = c.db.pool.get().await.unwrap();
+        briefrail::ledger::fairness::set_firm(
+            &mut conn,
+            firm,
+            &briefrail::ledger::fairness::FirmSettings {
+                name: Some("Acme LLP".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let (status, named) = get(base, &cookie, "/matters?q=acme&firm=Acme%20LLP").await;
+    assert_eq!(status, 200);
+    assert!(named.contains("Acme v. Globex"), "{named}");
+    let (status, unknown) = get(base, &cookie, "/matters?firm=Globex%20Partners").await;
+    assert_eq!(status, 400);
+    assert!(
+        unknown.contains("<h1>400 Bad Request</h1>")
+            && unknown.contains("no firm is named &#34;Globex Partners&#34;")
+            && unknown.contains("/assets/console.css"),
+        "{unknown}"
+    );
     c.node.shutdown_within(Duration::from_secs(2)).await;
 }
 

@@ -52,9 +52,29 @@ impl Chrome {
 /// A failure as a page: the error's text (URLs redacted) and its status.
 pub fn failure(e: &Error) -> HttpResponse {
     let status = crate::surface::http::status_of(e, actix_web::http::StatusCode::BAD_REQUEST);
-    HttpResponse::build(status)
-        .content_type("text/plain; charset=utf-8")
-        .body(format!("{}\n", crate::secret::redact_urls(&e.to_string())))
+    let t = ErrorPage {
+        status: status.as_u16(),
+        reason: status.canonical_reason().unwrap_or("Error"),
+        message: crate::secret::redact_urls(&e.to_string()),
+    };
+    match askama::Template::render(&t) {
+        Ok(html) => secure(HttpResponse::build(status))
+            .content_type("text/html; charset=utf-8")
+            .body(html),
+        Err(_) => HttpResponse::build(status)
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("{}\n", t.message)),
+    }
+}
+
+/// A failure as the console shows it: its status and what went wrong, in the console's style,
+/// with the way back. Stands alone (no session is needed to read it).
+#[derive(askama::Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    status: u16,
+    reason: &'static str,
+    message: String,
 }
 
 /// The headers every console response carries: no caching of ledger state, no framing, no
@@ -174,6 +194,10 @@ struct OverviewPage {
     oldest_run_days: String,
     running: Vec<RunLine>,
     trouble: Vec<RunLine>,
+    /// The firm whose unserved interactive demand has waited longest, and how long.
+    waiting_firm: String,
+    waiting_firm_link: String,
+    waiting_for: String,
 }
 
 pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
@@ -193,10 +217,11 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
             .map(|r| (r.firm_id, r.matter_id))
             .collect();
         let titles = console::titles(&mut c, &keys).await?;
-        Ok::<_, Error>((o, g, running, trouble, titles))
+        let busiest = crate::ledger::fairness::busiest(&mut c, 1).await?;
+        Ok::<_, Error>((o, g, running, trouble, titles, busiest))
     }
     .await;
-    let (o, g, running, trouble, titles) = match data {
+    let (o, g, running, trouble, titles, busiest) = match data {
         Ok(d) => d,
         Err(e) => return failure(&e),
     };
@@ -222,6 +247,20 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
         republish_cap: crate::ledger::outbox::REPUBLISH_CAP,
         running: running.iter().map(line).collect(),
         trouble: trouble.iter().map(line).collect(),
+        waiting_firm: busiest
+            .first()
+            .filter(|f| f.oldest_interactive_s.is_some())
+            .map(|f| f.name.clone().unwrap_or_else(|| f.firm_id.to_string()))
+            .unwrap_or_default(),
+        waiting_firm_link: busiest
+            .first()
+            .map(|f| format!("/matters?firm={}", f.firm_id))
+            .unwrap_or_default(),
+        waiting_for: busiest
+            .first()
+            .and_then(|f| f.oldest_interactive_s)
+            .map(seconds)
+            .unwrap_or_default(),
         o,
     };
     page(&viewer, &t)
@@ -280,12 +319,20 @@ pub async fn matters(
             Err(e) => return failure(&e),
         },
     };
-    let firm = match q.firm.as_deref().filter(|s| !s.is_empty()) {
+    // A firm's id, or the name operators gave it (`briefrail firm set --name`).
+    let firm = match q.firm.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => None,
-        Some(f) => match Uuid::parse_str(f.trim()) {
-            Ok(f) => Some(f),
-            Err(_) => return failure(&Error::InvalidInput(format!("firm {f:?} is not a UUID"))),
-        },
+        Some(f) => {
+            let resolved = async {
+                let mut c = conn(&state).await?;
+                crate::ledger::fairness::resolve(&mut c, f).await
+            }
+            .await;
+            match resolved {
+                Ok(f) => Some(f),
+                Err(e) => return failure(&e),
+            }
+        }
     };
     // Clamped: a huge `?page=` must not overflow the offset.
     let page_no = q.page.unwrap_or(1).clamp(1, 1_000_000);
