@@ -136,7 +136,7 @@ async fn one_run(server: &str, arrival: bool, nodes: usize) -> R<Figures> {
                                                               FROM ops.domain_event_outbox o
                                                              WHERE o.matter_id = m.id))
                             - (SELECT max(o.created_at) FROM ops.domain_event_outbox o
-                                WHERE o.matter_id = m.id)) * 1000 AS ms
+                                WHERE o.matter_id = m.id))::float8 * 1000 AS ms
            FROM unnest($1::uuid[]) AS m(id)",
     )
     .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(&trickle)
@@ -147,7 +147,7 @@ async fn one_run(server: &str, arrival: bool, nodes: usize) -> R<Figures> {
     .collect();
     waits.sort_by(f64::total_cmp);
     let span: Wait = diesel::sql_query(
-        "SELECT extract(epoch FROM max(finished_at) - min(started_at)) * 1000 AS ms
+        "SELECT extract(epoch FROM max(finished_at) - min(started_at))::float8 * 1000 AS ms
            FROM ops.matter_frame_runs",
     )
     .get_result(&mut pool.get().await?)
