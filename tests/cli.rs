@@ -716,3 +716,74 @@ async fn an_operator_names_weighs_and_pauses_a_firm() {
     assert!(ok(&briefrail(&db.url, &["rail", "status"])).contains("rail paused"));
     ok(&briefrail(&db.url, &["rail", "resume"]));
 }
+
+/// A config file with a database nothing listens on, named so its error shows it was read.
+fn unreachable_config(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("briefrail-cfg-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("briefrail.toml");
+    std::fs::write(
+        &path,
+        format!("[database]\nurl = \"postgres://cfg_user:cfg-pw@127.0.0.1:1/{tag}\"\n"),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_config_file_is_given_by_briefrail_config_or_dash_c() {
+    let firm = Uuid::new_v4().to_string();
+    let status = ["status", "--firm", &firm, "--matter", &firm];
+    let from_env = unreachable_config("from_the_env_file");
+    let (code, stderr) =
+        briefrail_env(&status, &[("BRIEFRAIL_CONFIG", from_env.to_str().unwrap())]);
+    assert_eq!(code, Some(1), "{stderr}");
+    says(
+        &stderr,
+        &[
+            "database \"from_the_env_file\"",
+            "127.0.0.1:1",
+            "user \"cfg_user\"",
+        ],
+        "cfg-pw",
+    );
+
+    // `-c` before or after the subcommand; it wins over BRIEFRAIL_CONFIG.
+    let short = unreachable_config("from_dash_c");
+    for args in [
+        [&["-c", short.to_str().unwrap()][..], &status].concat(),
+        [&status[..], &["-c", short.to_str().unwrap()]].concat(),
+    ] {
+        let (code, stderr) =
+            briefrail_env(&args, &[("BRIEFRAIL_CONFIG", from_env.to_str().unwrap())]);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        says(
+            &stderr,
+            &["database \"from_dash_c\"", "user \"cfg_user\""],
+            "cfg-pw",
+        );
+    }
+
+    // A BRIEFRAIL_CONFIG naming no file is refused like `--config` would be (exit 2).
+    let (code, stderr) = briefrail_env(
+        &status,
+        &[("BRIEFRAIL_CONFIG", "/nonexistent/briefrail.toml")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/briefrail.toml"), "{stderr}");
+
+    let help = help_of(&["--help"]);
+    assert!(
+        help.contains("-c, --config <FILE>") && help.contains("BRIEFRAIL_CONFIG"),
+        "{help}"
+    );
+}
+
+/// `briefrail ARGS --help`'s text.
+fn help_of(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .args(args)
+        .output()
+        .expect("run briefrail");
+    ok(&out)
+}

@@ -28,7 +28,13 @@ mod operator;
 )]
 pub struct Cli {
     /// A TOML file layered over the built-in defaults (environment BRIEFRAIL__SECTION__KEY wins over both).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        short = 'c',
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "BRIEFRAIL_CONFIG"
+    )]
     pub config: Option<PathBuf>,
 
     #[command(subcommand)]
