@@ -787,3 +787,129 @@ fn help_of(args: &[&str]) -> String {
         .expect("run briefrail");
     ok(&out)
 }
+
+/// The help of `flag` (e.g. `--firm`, `<ID>`) in a `--help` text: the rest of its line after
+/// the flag and its value name, or the indented line below it. Empty when it has none.
+fn help_for(help: &str, flag: &str) -> String {
+    let lines: Vec<&str> = help.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| {
+            let t = l.trim_start();
+            t.starts_with(flag) || t.split(", ").nth(1).is_some_and(|r| r.starts_with(flag))
+        })
+        .unwrap_or_else(|| panic!("{flag} not in:\n{help}"));
+    let after = lines[i].trim_start();
+    let after = after.split_once(flag).map_or("", |(_, r)| r).trim_start();
+    // Skip the value name (`<UUID>`, `[ID]`).
+    let after = match after.strip_prefix('<') {
+        Some(r) => r.split_once('>').map_or("", |(_, r)| r),
+        None => after,
+    }
+    .trim();
+    if !after.is_empty() {
+        return after.to_owned();
+    }
+    match lines.get(i + 1) {
+        Some(next) if !next.trim().is_empty() && !next.trim_start().starts_with('-') => {
+            next.trim().to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn every_option_of_the_operator_commands_has_help() {
+    let cases: [(&[&str], &[&str]); 7] = [
+        (&["matter", "create"], &["--firm", "--matter", "--title"]),
+        (&["matter", "list"], &["--firm"]),
+        (&["status"], &["--firm", "--matter"]),
+        (
+            &["document", "add"],
+            &["--firm", "--matter", "--title", "--file", "--text"],
+        ),
+        (&["brief", "request"], &["--firm", "--matter", "--all"]),
+        (&["dead-letters", "list"], &["--all", "--limit"]),
+        (&["dead-letters", "replay"], &["<ID>"]),
+    ];
+    for (command, flags) in cases {
+        let help = help_of(&[command, &["--help"]].concat());
+        for flag in flags {
+            assert!(
+                !help_for(&help, flag).is_empty(),
+                "{command:?} {flag} has no help:\n{help}"
+            );
+        }
+    }
+    let discard = help_of(&["dead-letters", "discard", "--help"]);
+    assert!(!help_for(&discard, "<ID>").is_empty(), "{discard}");
+}
+
+#[test]
+fn document_add_without_a_body_names_both_ways_to_give_one() {
+    let firm = Uuid::new_v4().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .args([
+            "document", "add", "--firm", &firm, "--matter", &firm, "--title", "t",
+        ])
+        .output()
+        .unwrap();
+    let stderr = common::shell::fails(&out, 2);
+    assert!(
+        stderr.contains("--file") && stderr.contains("--text"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn matter_list_has_a_header_and_human_state_names() {
+    let db = TestDb::new(1).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4().to_string(), Uuid::new_v4());
+    let m = matter.to_string();
+    ok(&briefrail(
+        &db.url,
+        &[
+            "matter",
+            "create",
+            "--firm",
+            &firm,
+            "--matter",
+            &m,
+            "--title",
+            "Acme v. Globex",
+        ],
+    ));
+    // Out of retries: failed more times in a row than retry.max_attempts allows.
+    {
+        use diesel_async::RunQueryDsl;
+        let mut c = db.pool.get().await.unwrap();
+        diesel::sql_query(
+            "INSERT INTO ops.matter_frame_jobs
+                    (firm_id, matter_id, run_status, requested_generation, consecutive_failures)
+             VALUES ($1, $2, 'failed', 1, 100)",
+        )
+        .bind::<diesel::sql_types::Uuid, _>(firm.parse::<Uuid>().unwrap())
+        .bind::<diesel::sql_types::Uuid, _>(matter)
+        .execute(&mut c)
+        .await
+        .unwrap();
+    }
+    let text = ok(&briefrail(&db.url, &["matter", "list", "--firm", &firm]));
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    for column in ["MATTER", "STATE", "REQUESTED", "LANDED", "TITLE"] {
+        assert!(header.contains(column), "{column}: {text}");
+    }
+    let row = lines.next().unwrap();
+    assert!(
+        row.contains(&m) && row.contains("retries exhausted") && row.contains("Acme v. Globex"),
+        "{text}"
+    );
+    // --json keeps the machine name.
+    let json: serde_json::Value = serde_json::from_str(&ok(&briefrail(
+        &db.url,
+        &["matter", "list", "--firm", &firm, "--json"],
+    )))
+    .unwrap();
+    assert_eq!(json[0]["state"], "retries_exhausted");
+}
