@@ -68,14 +68,18 @@ pub enum Error {
     Unreachable(#[from] crate::db::unreachable::Unreachable),
 
     /// The database lacks migrations of this binary (none applied yet, or a newer binary's
-    /// pending): nothing may run statements its schema does not have.
+    /// pending): nothing may run statements its schema does not have. Names the database as
+    /// [`Error::Unreachable`] does: its name, `host:port` and user, never the password.
     #[error(
-        "database {database} is not migrated: {} of this binary's migrations pending ({}); run `briefrail migrate` first",
+        "database {database:?} at {server} as user {user:?} is not migrated: {} of this binary's migrations pending ({}); run `briefrail migrate` first",
         pending.len(),
         crate::error::list_versions(pending)
     )]
     Unmigrated {
         database: String,
+        /// `host:port` (several, comma-separated, when the URL lists several).
+        server: String,
+        user: String,
         pending: Vec<String>,
     },
 

@@ -111,10 +111,15 @@ async fn migrate_status_lists_applied_pending_and_newer_migrations_and_changes_n
     let out = briefrail(&url, &["migrate", "--status"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(&format!("database {name} does not exist")),
-        "{stderr}"
+    // Which database, on which server, as whom.
+    let parsed = url::Url::parse(&url).unwrap();
+    let which = format!(
+        "database \"{name}\" at {}:{} as user \"{}\" does not exist",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432),
+        parsed.username()
     );
+    assert!(stderr.contains(&which), "{stderr}");
     assert!(!admin::database_exists(&url).await.unwrap());
 }
 
@@ -454,6 +459,14 @@ async fn an_unmigrated_database_says_to_run_migrate() {
         &["run"],
     ];
     let total = migration_names().len().to_string();
+    // Which database: its server and user too (never a password).
+    let parsed = url::Url::parse(&url).unwrap();
+    let server = format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    );
+    let user = format!("user \"{}\"", parsed.username());
     for args in ledger_commands {
         let env = run_env(&url);
         let (code, stderr) = briefrail_env(args, &as_refs(&env));
@@ -461,7 +474,7 @@ async fn an_unmigrated_database_says_to_run_migrate() {
         says(
             &stderr,
             &[
-                &format!("database {name} is not migrated"),
+                &format!("database \"{name}\" at {server} as {user} is not migrated"),
                 &format!("{total} of this binary's migrations pending"),
                 "run `briefrail migrate` first",
             ],
@@ -496,6 +509,7 @@ async fn an_unmigrated_database_says_to_run_migrate() {
     says(
         &stderr,
         &[
+            &format!("at {server} as {user} is not migrated"),
             "1 of this binary's migrations pending",
             &version,
             "briefrail migrate",
