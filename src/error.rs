@@ -284,6 +284,15 @@ impl Redacted {
         }
     }
 
+    /// `source` with what was being done: `what: source`, redacted; `source` is kept.
+    pub fn context(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        let inner = source.into();
+        Self {
+            text: redact_urls(&format!("{}: {inner}", what.into())),
+            inner: Some(inner),
+        }
+    }
+
     /// A failure that is only a message (no underlying error value).
     pub fn message(text: impl Into<String>) -> Self {
         Self {

@@ -927,3 +927,25 @@ async fn matter_list_has_a_header_and_human_state_names() {
     .unwrap();
     assert_eq!(json[0]["state"], "retries_exhausted");
 }
+
+#[tokio::test]
+async fn an_unreachable_broker_names_its_server_and_user_not_the_password() {
+    let db = TestDb::new(1).await.unwrap();
+    let mut env = run_env(&db.url);
+    env.retain(|(k, _)| *k != "BRIEFRAIL__TRANSPORT__KIND");
+    env.push(("BRIEFRAIL__TRANSPORT__KIND", "amqp".into()));
+    env.push((
+        "BRIEFRAIL__TRANSPORT__AMQP_URL",
+        "amqp://guest:secretpw@127.0.0.1:1/%2f".into(),
+    ));
+    let (code, stderr) = briefrail_env(&["run"], &as_refs(&env));
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    for needle in ["broker", "127.0.0.1:1", "user \"guest\"", "refused"] {
+        assert!(last.contains(needle), "{needle:?} missing from: {stderr}");
+    }
+    assert!(
+        !stderr.contains("secretpw"),
+        "the password leaked: {stderr}"
+    );
+}
