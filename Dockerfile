@@ -1,14 +1,29 @@
 # Multi-stage build: compile in the Rust image, ship only the binary.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+
+# The dependencies first, in a layer of their own: it is rebuilt only when a manifest or the
+# lockfile changes, not on every edit of the sources. Cargo loads the whole workspace even to
+# build one binary, so the workspace member's manifest comes too; every target gets a stub.
 COPY Cargo.toml Cargo.lock askama.toml ./
+COPY tools/Cargo.toml tools/Cargo.toml
+RUN mkdir -p src tools/src/bin/briefrail-bench tools/src/bin/briefrail-faults \
+    && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs \
+    && echo 'fn main() {}' > tools/src/bin/briefrail-bench/main.rs \
+    && echo 'fn main() {}' > tools/src/bin/briefrail-faults/main.rs \
+    && cargo build --release --locked --bin briefrail \
+    && rm -rf src
+
+# The real sources. Only the `briefrail` binary, without the `testing` feature: never
+# `--workspace` (the `tools` member turns `testing` on). The touch makes cargo rebuild the
+# crate over the stub: COPY may keep the files' older modification times.
 COPY src src
-# A workspace member: cargo loads the whole workspace even to build one binary.
-COPY tools tools
 COPY migrations migrations
 COPY config config
 COPY examples examples
-RUN cargo build --release --locked --bin briefrail
+RUN touch src/main.rs src/lib.rs \
+    && cargo build --release --locked --bin briefrail
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates procps \

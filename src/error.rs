@@ -68,14 +68,18 @@ pub enum Error {
     Unreachable(#[from] crate::db::unreachable::Unreachable),
 
     /// The database lacks migrations of this binary (none applied yet, or a newer binary's
-    /// pending): nothing may run statements its schema does not have.
+    /// pending): nothing may run statements its schema does not have. Names the database as
+    /// [`Error::Unreachable`] does: its name, `host:port` and user, never the password.
     #[error(
-        "database {database} is not migrated: {} of this binary's migrations pending ({}); run `briefrail migrate` first",
+        "database {database:?} at {server} as user {user:?} is not migrated: {} of this binary's migrations pending ({}); run `briefrail migrate` first",
         pending.len(),
         crate::error::list_versions(pending)
     )]
     Unmigrated {
         database: String,
+        /// `host:port` (several, comma-separated, when the URL lists several).
+        server: String,
+        user: String,
         pending: Vec<String>,
     },
 
@@ -276,6 +280,15 @@ impl Redacted {
         let inner = source.into();
         Self {
             text: redact_urls(&inner.to_string()),
+            inner: Some(inner),
+        }
+    }
+
+    /// `source` with what was being done: `what: source`, redacted; `source` is kept.
+    pub fn context(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        let inner = source.into();
+        Self {
+            text: redact_urls(&format!("{}: {inner}", what.into())),
             inner: Some(inner),
         }
     }

@@ -111,10 +111,15 @@ async fn migrate_status_lists_applied_pending_and_newer_migrations_and_changes_n
     let out = briefrail(&url, &["migrate", "--status"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(&format!("database {name} does not exist")),
-        "{stderr}"
+    // Which database, on which server, as whom.
+    let parsed = url::Url::parse(&url).unwrap();
+    let which = format!(
+        "database \"{name}\" at {}:{} as user \"{}\" does not exist",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432),
+        parsed.username()
     );
+    assert!(stderr.contains(&which), "{stderr}");
     assert!(!admin::database_exists(&url).await.unwrap());
 }
 
@@ -454,6 +459,14 @@ async fn an_unmigrated_database_says_to_run_migrate() {
         &["run"],
     ];
     let total = migration_names().len().to_string();
+    // Which database: its server and user too (never a password).
+    let parsed = url::Url::parse(&url).unwrap();
+    let server = format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    );
+    let user = format!("user \"{}\"", parsed.username());
     for args in ledger_commands {
         let env = run_env(&url);
         let (code, stderr) = briefrail_env(args, &as_refs(&env));
@@ -461,7 +474,7 @@ async fn an_unmigrated_database_says_to_run_migrate() {
         says(
             &stderr,
             &[
-                &format!("database {name} is not migrated"),
+                &format!("database \"{name}\" at {server} as {user} is not migrated"),
                 &format!("{total} of this binary's migrations pending"),
                 "run `briefrail migrate` first",
             ],
@@ -496,6 +509,7 @@ async fn an_unmigrated_database_says_to_run_migrate() {
     says(
         &stderr,
         &[
+            &format!("at {server} as {user} is not migrated"),
             "1 of this binary's migrations pending",
             &version,
             "briefrail migrate",
@@ -715,4 +729,223 @@ async fn an_operator_names_weighs_and_pauses_a_firm() {
     ok(&briefrail(&db.url, &["rail", "pause"]));
     assert!(ok(&briefrail(&db.url, &["rail", "status"])).contains("rail paused"));
     ok(&briefrail(&db.url, &["rail", "resume"]));
+}
+
+/// A config file with a database nothing listens on, named so its error shows it was read.
+fn unreachable_config(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("briefrail-cfg-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("briefrail.toml");
+    std::fs::write(
+        &path,
+        format!("[database]\nurl = \"postgres://cfg_user:cfg-pw@127.0.0.1:1/{tag}\"\n"),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_config_file_is_given_by_briefrail_config_or_dash_c() {
+    let firm = Uuid::new_v4().to_string();
+    let status = ["status", "--firm", &firm, "--matter", &firm];
+    let from_env = unreachable_config("from_the_env_file");
+    let (code, stderr) =
+        briefrail_env(&status, &[("BRIEFRAIL_CONFIG", from_env.to_str().unwrap())]);
+    assert_eq!(code, Some(1), "{stderr}");
+    says(
+        &stderr,
+        &[
+            "database \"from_the_env_file\"",
+            "127.0.0.1:1",
+            "user \"cfg_user\"",
+        ],
+        "cfg-pw",
+    );
+
+    // `-c` before or after the subcommand; it wins over BRIEFRAIL_CONFIG.
+    let short = unreachable_config("from_dash_c");
+    for args in [
+        [&["-c", short.to_str().unwrap()][..], &status].concat(),
+        [&status[..], &["-c", short.to_str().unwrap()]].concat(),
+    ] {
+        let (code, stderr) =
+            briefrail_env(&args, &[("BRIEFRAIL_CONFIG", from_env.to_str().unwrap())]);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        says(
+            &stderr,
+            &["database \"from_dash_c\"", "user \"cfg_user\""],
+            "cfg-pw",
+        );
+    }
+
+    // A BRIEFRAIL_CONFIG naming no file is refused like `--config` would be (exit 2).
+    let (code, stderr) = briefrail_env(
+        &status,
+        &[("BRIEFRAIL_CONFIG", "/nonexistent/briefrail.toml")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/briefrail.toml"), "{stderr}");
+
+    let help = help_of(&["--help"]);
+    assert!(
+        help.contains("-c, --config <FILE>") && help.contains("BRIEFRAIL_CONFIG"),
+        "{help}"
+    );
+}
+
+/// `briefrail ARGS --help`'s text.
+fn help_of(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .args(args)
+        .output()
+        .expect("run briefrail");
+    ok(&out)
+}
+
+/// The help of `flag` (e.g. `--firm`, `<ID>`) in a `--help` text: the rest of its line after
+/// the flag and its value name, or the indented line below it. Empty when it has none.
+fn help_for(help: &str, flag: &str) -> String {
+    let lines: Vec<&str> = help.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| {
+            let t = l.trim_start();
+            t.starts_with(flag) || t.split(", ").nth(1).is_some_and(|r| r.starts_with(flag))
+        })
+        .unwrap_or_else(|| panic!("{flag} not in:\n{help}"));
+    let after = lines[i].trim_start();
+    let after = after.split_once(flag).map_or("", |(_, r)| r).trim_start();
+    // Skip the value name (`<UUID>`, `[ID]`).
+    let after = match after.strip_prefix('<') {
+        Some(r) => r.split_once('>').map_or("", |(_, r)| r),
+        None => after,
+    }
+    .trim();
+    if !after.is_empty() {
+        return after.to_owned();
+    }
+    match lines.get(i + 1) {
+        Some(next) if !next.trim().is_empty() && !next.trim_start().starts_with('-') => {
+            next.trim().to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn every_option_of_the_operator_commands_has_help() {
+    let cases: [(&[&str], &[&str]); 7] = [
+        (&["matter", "create"], &["--firm", "--matter", "--title"]),
+        (&["matter", "list"], &["--firm"]),
+        (&["status"], &["--firm", "--matter"]),
+        (
+            &["document", "add"],
+            &["--firm", "--matter", "--title", "--file", "--text"],
+        ),
+        (&["brief", "request"], &["--firm", "--matter", "--all"]),
+        (&["dead-letters", "list"], &["--all", "--limit"]),
+        (&["dead-letters", "replay"], &["<ID>"]),
+    ];
+    for (command, flags) in cases {
+        let help = help_of(&[command, &["--help"]].concat());
+        for flag in flags {
+            assert!(
+                !help_for(&help, flag).is_empty(),
+                "{command:?} {flag} has no help:\n{help}"
+            );
+        }
+    }
+    let discard = help_of(&["dead-letters", "discard", "--help"]);
+    assert!(!help_for(&discard, "<ID>").is_empty(), "{discard}");
+}
+
+#[test]
+fn document_add_without_a_body_names_both_ways_to_give_one() {
+    let firm = Uuid::new_v4().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_briefrail"))
+        .args([
+            "document", "add", "--firm", &firm, "--matter", &firm, "--title", "t",
+        ])
+        .output()
+        .unwrap();
+    let stderr = common::shell::fails(&out, 2);
+    assert!(
+        stderr.contains("--file") && stderr.contains("--text"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn matter_list_has_a_header_and_human_state_names() {
+    let db = TestDb::new(1).await.unwrap();
+    let (firm, matter) = (Uuid::new_v4().to_string(), Uuid::new_v4());
+    let m = matter.to_string();
+    ok(&briefrail(
+        &db.url,
+        &[
+            "matter",
+            "create",
+            "--firm",
+            &firm,
+            "--matter",
+            &m,
+            "--title",
+            "Acme v. Globex",
+        ],
+    ));
+    // Out of retries: failed more times in a row than retry.max_attempts allows.
+    {
+        use diesel_async::RunQueryDsl;
+        let mut c = db.pool.get().await.unwrap();
+        diesel::sql_query(
+            "INSERT INTO ops.matter_frame_jobs
+                    (firm_id, matter_id, run_status, requested_generation, consecutive_failures)
+             VALUES ($1, $2, 'failed', 1, 100)",
+        )
+        .bind::<diesel::sql_types::Uuid, _>(firm.parse::<Uuid>().unwrap())
+        .bind::<diesel::sql_types::Uuid, _>(matter)
+        .execute(&mut c)
+        .await
+        .unwrap();
+    }
+    let text = ok(&briefrail(&db.url, &["matter", "list", "--firm", &firm]));
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    for column in ["MATTER", "STATE", "REQUESTED", "LANDED", "TITLE"] {
+        assert!(header.contains(column), "{column}: {text}");
+    }
+    let row = lines.next().unwrap();
+    assert!(
+        row.contains(&m) && row.contains("retries exhausted") && row.contains("Acme v. Globex"),
+        "{text}"
+    );
+    // --json keeps the machine name.
+    let json: serde_json::Value = serde_json::from_str(&ok(&briefrail(
+        &db.url,
+        &["matter", "list", "--firm", &firm, "--json"],
+    )))
+    .unwrap();
+    assert_eq!(json[0]["state"], "retries_exhausted");
+}
+
+#[tokio::test]
+async fn an_unreachable_broker_names_its_server_and_user_not_the_password() {
+    let db = TestDb::new(1).await.unwrap();
+    let mut env = run_env(&db.url);
+    env.retain(|(k, _)| *k != "BRIEFRAIL__TRANSPORT__KIND");
+    env.push(("BRIEFRAIL__TRANSPORT__KIND", "amqp".into()));
+    env.push((
+        "BRIEFRAIL__TRANSPORT__AMQP_URL",
+        "amqp://guest:secretpw@127.0.0.1:1/%2f".into(),
+    ));
+    let (code, stderr) = briefrail_env(&["run"], &as_refs(&env));
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    for needle in ["broker", "127.0.0.1:1", "user \"guest\"", "refused"] {
+        assert!(last.contains(needle), "{needle:?} missing from: {stderr}");
+    }
+    assert!(
+        !stderr.contains("secretpw"),
+        "the password leaked: {stderr}"
+    );
 }

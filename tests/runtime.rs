@@ -810,3 +810,51 @@ async fn claims_held_when_builds_slow_down_are_handed_back_to_other_nodes() {
         "another node served what was handed back"
     );
 }
+
+/// Whether the ledger lists `id` as a live node.
+async fn live_in_ledger(db: &TestDb, id: &str) -> bool {
+    let mut c = db.pool.get().await.unwrap();
+    briefrail::ledger::presence::live(&mut c, id)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+#[actix_rt::test]
+async fn a_node_id_a_live_node_has_is_refused_and_free_again_once_it_stops() {
+    let db = TestDb::new(8).await.unwrap();
+    let (gate, _open) = Gate::new(true, Duration::ZERO);
+    let first = start(&db, settings(&db, "twin"), gate.clone(), false).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !live_in_ledger(&db, "twin").await {
+        assert!(
+            Instant::now() < deadline,
+            "the first node never announced itself"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A second node with the same id: refused, naming the id and why.
+    let second = Node::builder(Arc::new(settings(&db, "twin")), gate.clone())
+        .pool(db.pool.clone())
+        .without_transport()
+        .start()
+        .await;
+    let Err(e) = second else {
+        panic!("a second node with a live node's id started")
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("node.id \"twin\"") && text.contains("another live node has it"),
+        "{text}"
+    );
+    // The live node's row is untouched: still alive, started once.
+    assert!(live_in_ledger(&db, "twin").await);
+
+    // Once it stops, the id is free: a restart with it starts.
+    first.shutdown().await;
+    assert!(!live_in_ledger(&db, "twin").await);
+    let restarted = start(&db, settings(&db, "twin"), gate, false).await;
+    assert_eq!(restarted.node_id(), "twin");
+    restarted.shutdown().await;
+}

@@ -87,10 +87,12 @@ pub struct MigrationStatus {
 /// has applied that this binary does not know, in version order. Reads only: it neither
 /// creates the database nor applies anything; a database that does not exist is an error.
 pub async fn status(url: &str) -> Result<Vec<MigrationStatus>> {
-    let (name, _) = crate::db::admin::split_url(url)?;
+    let (name, server, user) = crate::db::reach::identify(url)?;
     if !crate::db::admin::database_exists(url).await? {
         return Err(Error::migration(
-            format!("database {name} does not exist (`briefrail migrate` creates it)"),
+            format!(
+                "database {name:?} at {server} as user {user:?} does not exist (`briefrail migrate` creates it)"
+            ),
             None,
         ));
     }
@@ -111,8 +113,11 @@ pub async fn require_current(url: &str) -> Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
+    let (database, server, user) = crate::db::reach::identify(url)?;
     Err(Error::Unmigrated {
-        database: crate::db::admin::split_url(url)?.0,
+        database,
+        server,
+        user,
         pending,
     })
 }

@@ -55,6 +55,17 @@ pub async fn reach(url: &str, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Which database `url` names, for an error to say: `(database, server, user)`, the server as
+/// `host:port` (as [`Unreachable`] names it). Never the password.
+pub fn identify(url: &str) -> Result<(String, String, String)> {
+    let config: tokio_postgres::Config = url.parse().map_err(|e| {
+        Error::InvalidInput(crate::secret::redact_urls(&format!("database.url: {e}")))
+    })?;
+    let user = config.get_user().unwrap_or("").to_owned();
+    let database = config.get_dbname().unwrap_or(&user).to_owned();
+    Ok((database, server_of(&config), user))
+}
+
 /// As [`reach`], for `briefrail migrate`: a missing database is fine (it creates it).
 pub async fn reach_server(url: &str, timeout: Duration) -> Result<()> {
     match reach(url, timeout).await {

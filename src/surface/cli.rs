@@ -28,7 +28,13 @@ mod operator;
 )]
 pub struct Cli {
     /// A TOML file layered over the built-in defaults (environment BRIEFRAIL__SECTION__KEY wins over both).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        short = 'c',
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "BRIEFRAIL_CONFIG"
+    )]
     pub config: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -103,8 +109,10 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct MatterArgs {
+    /// The firm the matter belongs to (its id).
     #[arg(long, value_name = "UUID")]
     pub firm: Uuid,
+    /// The matter (its id).
     #[arg(long, value_name = "UUID")]
     pub matter: Uuid,
 }
@@ -115,6 +123,7 @@ pub enum MatterCommand {
     Create {
         #[command(flatten)]
         matter: MatterArgs,
+        /// The matter's title, as the console and `matter list` show it.
         #[arg(long)]
         title: String,
     },
@@ -125,6 +134,7 @@ pub enum MatterCommand {
     },
     /// A firm's matters, by title, with their state.
     List {
+        /// The firm whose matters to list (its id).
         #[arg(long, value_name = "UUID")]
         firm: Uuid,
         /// Only matters in this state.
@@ -152,8 +162,10 @@ pub enum MatterCommand {
 pub enum DeadLettersCommand {
     /// The open dead letters, newest first (with --all, the resolved ones too).
     List {
+        /// The resolved (replayed or discarded) dead letters too, not only the open ones.
         #[arg(long)]
         all: bool,
+        /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: i64,
         /// Print JSON instead of text.
@@ -162,11 +174,13 @@ pub enum DeadLettersCommand {
     },
     /// Apply a dead letter through the inbox again; refused again, it stays open.
     Replay {
+        /// The dead letter's id, as `dead-letters list` shows it.
         #[arg(value_name = "ID")]
         id: Uuid,
     },
     /// Mark a dead letter handled without applying it.
     Discard {
+        /// The dead letter's id, as `dead-letters list` shows it.
         #[arg(value_name = "ID")]
         id: Uuid,
     },
@@ -182,23 +196,20 @@ fn parse_state(s: &str) -> std::result::Result<MatterState, String> {
 #[derive(Debug, Subcommand)]
 pub enum DocumentCommand {
     /// Add a document's text to a matter (records document.uploaded).
+    #[command(group(clap::ArgGroup::new("body").required(true).args(["file", "text"])))]
     Add {
         #[command(flatten)]
         matter: MatterArgs,
+        /// The document's title.
         #[arg(long)]
         title: String,
         /// The date the document bears (YYYY-MM-DD): its place in the chronology.
         #[arg(long, value_name = "YYYY-MM-DD")]
         dated: Option<NaiveDate>,
-        /// A UTF-8 text file holding the document's text.
-        #[arg(
-            long,
-            value_name = "PATH",
-            conflicts_with = "text",
-            required_unless_present = "text"
-        )]
+        /// A UTF-8 text file holding the document's text (or give --text).
+        #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
-        /// The document's text.
+        /// The document's text (or give --file).
         #[arg(long, value_name = "TEXT")]
         text: Option<String>,
         /// The document's id (default: a new one).
@@ -280,8 +291,10 @@ pub enum BriefCommand {
     /// Ask for a fresh Brief (records brief.requested) of one matter, or of every live matter
     /// of a firm with --all.
     Request {
+        /// The firm (its id).
         #[arg(long, value_name = "UUID")]
         firm: Uuid,
+        /// The matter whose Brief to rebuild (its id); or --all.
         #[arg(
             long,
             value_name = "UUID",
@@ -289,6 +302,7 @@ pub enum BriefCommand {
             conflicts_with = "all"
         )]
         matter: Option<Uuid>,
+        /// Every live (not archived) matter of the firm, instead of one --matter.
         #[arg(long)]
         all: bool,
         /// interactive or background. Default: interactive for one matter, background with

@@ -35,11 +35,17 @@ pub async fn matter_list(
             .collect();
         return print_json(&rows);
     }
+    if !rows.is_empty() {
+        println!(
+            "{:<36}  {:<17}  {:>9}  {:>6}  TITLE",
+            "MATTER", "STATE", "REQUESTED", "LANDED"
+        );
+    }
     for m in &rows {
         println!(
-            "{}  {:<18}  requested {:>3}  landed {:>3}  {}",
+            "{:<36}  {:<17}  {:>9}  {:>6}  {}",
             m.matter_id,
-            m.state().as_str(),
+            m.state().label(),
             m.requested_generation,
             m.landed_generation,
             m.title

@@ -37,7 +37,7 @@ pub use topology::Topology;
 pub async fn connect(url: &SecretUrl, name: &str) -> Result<lapin::Connection> {
     let members = url.members();
     let first = NEXT_MEMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut last = None;
+    let mut last: Option<Error> = None;
     for k in 0..members.len() {
         let member = &members[(first + k) % members.len()];
         // No automatic recovery: our sessions reconnect themselves and re-read the ledger,
@@ -50,14 +50,57 @@ pub async fn connect(url: &SecretUrl, name: &str) -> Result<lapin::Connection> {
                 if members.len() > 1 {
                     tracing::warn!(broker = %member, error = %crate::secret::redact_urls(&e.to_string()), "broker member did not answer; trying the next");
                 }
-                last = Some(e);
+                last = Some(Error::Broker(crate::error::Redacted::context(
+                    format!("cannot connect to {}", describe(member.expose())),
+                    e,
+                )));
             }
         }
     }
-    Err(last.map_or_else(
-        || Error::broker("transport.amqp_url names no broker"),
-        Error::from,
-    ))
+    Err(last.unwrap_or_else(|| Error::broker("transport.amqp_url names no broker")))
+}
+
+/// Which broker an AMQP URL names, for an error to say: `host:port as user "u"` (lapin's
+/// defaults when the URL leaves them out: port 5672, or 5671 for amqps, and user guest).
+/// Never the password.
+pub fn describe(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => {
+            let port = u
+                .port()
+                .unwrap_or(if u.scheme() == "amqps" { 5671 } else { 5672 });
+            let host = match u.host() {
+                Some(url::Host::Ipv6(a)) => format!("[{a}]"),
+                Some(h) => h.to_string(),
+                None => "localhost".to_owned(),
+            };
+            let user = match u.username() {
+                "" => "guest".to_owned(),
+                name => percent_decode(name),
+            };
+            format!("{host}:{port} as user {user:?}")
+        }
+        Err(_) => crate::secret::redact_urls(url),
+    }
+}
+
+/// `%XX` escapes of a URL's user name decoded (lossily: a name is for a person to read).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(Ok(b)) = s.get(i + 1..i + 3).map(|h| u8::from_str_radix(h, 16))
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Which member the next connection of this process tries first.
@@ -116,4 +159,23 @@ pub async fn start(opts: AmqpOptions, nudges: Recipient<Nudge>) -> Result<super:
         consumer.recipient(),
         relay.recipient(),
     ]))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_broker_is_described_by_host_port_and_user_never_the_password() {
+        assert_eq!(
+            super::describe("amqp://guest:secretpw@127.0.0.1:1/%2f"),
+            "127.0.0.1:1 as user \"guest\""
+        );
+        assert_eq!(
+            super::describe("amqps://app%40x:pw@mq.example/%2f"),
+            "mq.example:5671 as user \"app@x\""
+        );
+        assert_eq!(
+            super::describe("amqp://[::1]/%2f"),
+            "[::1]:5672 as user \"guest\""
+        );
+    }
 }
