@@ -111,11 +111,6 @@ impl NodeBuilder {
             Some(p) => p,
             None => db::connect(&db::PoolOptions::from(&settings.database)).await?,
         };
-        // Only a configured id: the default (host and pid) is this process's own, shared only
-        // by the nodes this process starts (an embedder's several nodes, tests).
-        if !settings.node.id.trim().is_empty() {
-            refuse_a_live_node_id(&pool, &settings.node_id()).await?;
-        }
         let mut opts = ActorOptions::new(self.builder);
         opts.metrics = self.metrics.clone();
         opts.sweeper = self.periodic_sweeper;
@@ -135,28 +130,6 @@ impl NodeBuilder {
                        with_transport = node.transport.is_some(), "node started");
         Ok(node)
     }
-}
-
-/// Refuses to start as `node_id` while another live node has it: both would write one row of
-/// `ops.nodes`, and their runs would be indistinguishable. A node that stopped, or that missed
-/// [`crate::ledger::presence::MISSED_HEARTBEATS`] of its heartbeats (a crash), no longer holds
-/// its id, so a restart reuses it. Two nodes started at the same instant are not told apart.
-/// Checked for a configured `node.id` only (see [`NodeBuilder::start`]).
-async fn refuse_a_live_node_id(pool: &db::Pool, node_id: &str) -> Result<()> {
-    let mut conn = pool.get().await?;
-    let Some(other) = crate::ledger::presence::live(&mut conn, node_id).await? else {
-        return Ok(());
-    };
-    Err(crate::Error::Conflict(format!(
-        "node.id {node_id:?} is taken: another live node has it (started {}, version {}, last \
-         heartbeat {:.1} s ago); give each node its own node.id, or wait until that node stops \
-         (or misses {} heartbeats of {} s)",
-        other.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
-        other.version,
-        other.silent_seconds,
-        crate::ledger::presence::MISSED_HEARTBEATS,
-        other.heartbeat_seconds
-    )))
 }
 
 /// A running node. See the module documentation.

@@ -120,16 +120,6 @@ pub struct NodeRow {
     pub builds_in_flight: i64,
 }
 
-/// The live node (by [`nodes`]' rule: it has not said it stopped, and was seen within
-/// [`MISSED_HEARTBEATS`] of its own intervals) whose id is `node_id`, if there is one. A node
-/// that stopped, or went silent that long, does not hold its id: a restart may reuse it.
-pub async fn live(conn: &mut AsyncPgConnection, node_id: &str) -> Result<Option<NodeRow>> {
-    Ok(nodes(conn)
-        .await?
-        .into_iter()
-        .find(|n| n.alive && n.node_id == node_id))
-}
-
 /// Every node the ledger remembers, the live ones first, then by last seen.
 pub async fn nodes(conn: &mut AsyncPgConnection) -> Result<Vec<NodeRow>> {
     Ok(diesel::sql_query(
