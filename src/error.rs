@@ -121,6 +121,16 @@ pub enum Error {
     #[error("build failed: {message}")]
     Build { message: String, permanent: bool },
 
+    /// The builder is overloaded and asked the rail to wait `retry_after` (an HTTP 429 or 503
+    /// with `Retry-After`, the command builder's exit code 75). Not a failure: the claim is
+    /// handed back without spending a retry, and no build starts on any node before then
+    /// (`crate::ledger::limits`). An embedder's builder returns it the same way.
+    #[error("builder asked to wait {retry_after:?}: {message}")]
+    Backpressure {
+        retry_after: std::time::Duration,
+        message: String,
+    },
+
     /// The message broker failed.
     #[error("broker: {0}")]
     Broker(#[source] Redacted),
@@ -159,7 +169,7 @@ impl Error {
             Error::Build {
                 permanent: true, ..
             } => ErrorKind::Input,
-            Error::Build { .. } => ErrorKind::Transient,
+            Error::Build { .. } | Error::Backpressure { .. } => ErrorKind::Transient,
             Error::Fenced { .. } | Error::Conflict(_) => ErrorKind::Conflict,
             // A constraint violation (23xxx) fails the same way every time.
             Error::Database(D::DatabaseError(

@@ -47,6 +47,8 @@ metric_set! {
         builds_fenced => "Builds refused at the ledger: stale token",
         builds_failed => "Builds that failed (error or timeout)",
         builds_released => "Claims handed back at shutdown",
+        /// The builder asked the rail to wait (429, 503 with Retry-After, exit code 75).
+        builds_held_back => "Claims handed back because the builder asked the rail to wait",
         builds_lease_expired => "Claims this node's sweeper expired",
         /// Claims that found a live build and recorded their demand on it instead.
         claim_conflicts => "Claims that found a live build and recorded their demand",
@@ -257,6 +259,7 @@ mod tests {
             "briefrail_builds_fenced_total",
             "briefrail_builds_failed_total",
             "briefrail_builds_released_total",
+            "briefrail_builds_held_back_total",
             "briefrail_builds_lease_expired_total",
             "briefrail_claim_conflicts_total",
             "briefrail_demands_coalesced_total",

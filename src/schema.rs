@@ -3,6 +3,16 @@
 
 pub mod ops {
     diesel::table! {
+        ops.build_permits (firm_id, matter_id) {
+            firm_id -> Uuid,
+            matter_id -> Uuid,
+            node_id -> Text,
+            granted_at -> Timestamptz,
+            expires_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
         ops.console_sessions (session_hash) {
             session_hash -> Bytea,
             csrf_token -> Text,
@@ -141,6 +151,12 @@ pub mod ops {
             only_row -> Bool,
             paused -> Bool,
             updated_at -> Timestamptz,
+            max_running -> Nullable<Int4>,
+            starts_per_minute -> Nullable<Int4>,
+            tokens -> Nullable<Float8>,
+            tokens_at -> Nullable<Timestamptz>,
+            builder_held_until -> Nullable<Timestamptz>,
+            builder_held_reason -> Nullable<Text>,
         }
     }
 
@@ -152,6 +168,7 @@ pub mod ops {
     }
 
     diesel::allow_tables_to_appear_in_same_query!(
+        build_permits,
         console_sessions,
         consumed_events,
         dead_letters,

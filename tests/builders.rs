@@ -567,3 +567,131 @@ async fn the_http_builder_speaks_https_and_trusts_only_the_configured_ca() {
     assert!(e.to_string().contains("builder.ca_file"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// What a builder's answer became, for the assertions below: `Ok(wait)` for backpressure.
+fn waited(r: briefrail::Result<briefrail::ledger::Frame>) -> Result<Duration, String> {
+    match r {
+        Err(briefrail::Error::Backpressure { retry_after, .. }) => Ok(retry_after),
+        Err(e) => Err(e.to_string()),
+        Ok(f) => Err(format!("a frame: {f:?}")),
+    }
+}
+
+/// A 429 (with its `Retry-After` in seconds, or the default wait without), or a 503 with a
+/// `Retry-After` date, is the endpoint asking the rail to wait; a 503 without one is an outage
+/// like any other. Run by a node, the wait hands the claim back without spending a retry.
+#[actix_rt::test]
+async fn the_http_builder_reads_429_and_503_with_retry_after_as_a_wait() {
+    let db = TestDb::new(8).await.unwrap();
+    let server = HttpServer::new(|| {
+        App::new()
+            .route(
+                "/busy",
+                web::post().to(|| async {
+                    HttpResponse::TooManyRequests()
+                        .insert_header(("Retry-After", "7"))
+                        .body("rate limited")
+                }),
+            )
+            .route(
+                "/busy-plain",
+                web::post().to(|| async { HttpResponse::TooManyRequests().finish() }),
+            )
+            .route(
+                "/down",
+                web::post().to(|| async {
+                    let at = chrono::Utc::now() + chrono::Duration::seconds(30);
+                    HttpResponse::ServiceUnavailable()
+                        .insert_header((
+                            "Retry-After",
+                            at.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+                        ))
+                        .finish()
+                }),
+            )
+            .route(
+                "/outage",
+                web::post().to(|| async { HttpResponse::ServiceUnavailable().body("down") }),
+            )
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let addr = server.addrs()[0];
+    let handle = server.run();
+    let stop = handle.handle();
+    actix_rt::spawn(handle);
+    let http = |path: &str| -> Arc<dyn Builder> {
+        Arc::new(HttpBuilder::new(SecretUrl::new(format!("http://{addr}{path}")), vec![]).unwrap())
+    };
+    let (firm, matter) = matter_with_documents(&db).await;
+    let cx = ctx(&db, firm, matter, 1);
+    assert_eq!(
+        waited(http("/busy").build(&cx).await),
+        Ok(Duration::from_secs(7))
+    );
+    assert_eq!(
+        waited(http("/busy-plain").build(&cx).await),
+        Ok(briefrail::builders::backpressure::DEFAULT_WAIT)
+    );
+    let down = waited(http("/down").build(&cx).await).expect("a 503 with Retry-After waits");
+    assert!(
+        down > Duration::from_secs(25) && down <= Duration::from_secs(31),
+        "{down:?}"
+    );
+    let outage = waited(http("/outage").build(&cx).await);
+    assert!(
+        outage.as_ref().is_err_and(|e| e.contains("503")),
+        "{outage:?}"
+    );
+
+    let run = run_on(&db, (firm, matter), http("/busy"), |_| {}).await;
+    assert_eq!(run.outcome, RunOutcome::Released, "{:?}", run.error);
+    assert!(
+        run.error.as_deref().is_some_and(|e| e.contains("429")),
+        "{:?}",
+        run.error
+    );
+    let mut c = db.pool.get().await.unwrap();
+    let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
+    assert_eq!(job.consecutive_failures, 0, "a 429 spent a retry");
+    stop.stop(false).await;
+}
+
+/// Exit code 75 (`EX_TEMPFAIL`) with a `retry-after: SECONDS` line on stderr is the command
+/// builder's way to say the same; other exit codes stay failures.
+#[actix_rt::test]
+async fn the_command_builder_asks_the_rail_to_wait_with_exit_code_75() {
+    let db = TestDb::new(8).await.unwrap();
+    let (firm, matter) = matter_with_documents(&db).await;
+    let cx = ctx(&db, firm, matter, 1);
+    let busy = sh("cat >/dev/null; echo 'model busy' >&2; echo 'retry-after: 2.5' >&2; exit 75");
+    assert_eq!(
+        waited(busy.build(&cx).await),
+        Ok(Duration::from_millis(2500))
+    );
+    let plain = sh("cat >/dev/null; exit 75");
+    assert_eq!(
+        waited(plain.build(&cx).await),
+        Ok(briefrail::builders::backpressure::DEFAULT_WAIT)
+    );
+    let other = waited(
+        sh("cat >/dev/null; echo 'retry-after: 2' >&2; exit 74")
+            .build(&cx)
+            .await,
+    );
+    assert!(other.as_ref().is_err_and(|e| e.contains("74")), "{other:?}");
+
+    let run = run_on(&db, (firm, matter), busy, |_| {}).await;
+    assert_eq!(run.outcome, RunOutcome::Released, "{:?}", run.error);
+    assert!(
+        run.error
+            .as_deref()
+            .is_some_and(|e| e.contains("model busy")),
+        "{:?}",
+        run.error
+    );
+    let mut c = db.pool.get().await.unwrap();
+    let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
+    assert_eq!(job.consecutive_failures, 0, "exit code 75 spent a retry");
+}

@@ -130,7 +130,7 @@ async fn schema_rs_matches_the_migrations() {
 const LIVE_HOME: &str = "migrations/2026-12-01-000005_ledger_clock/up.sql";
 /// ...and the later ones, each the live home of the functions it names in its header (it
 /// redefines them in full); a function's last definition is the one that runs.
-const LATER_HOMES: [&str; 13] = [
+const LATER_HOMES: [&str; 14] = [
     "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
     "migrations/2026-12-01-000007_retention/up.sql",
     "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
@@ -144,6 +144,7 @@ const LATER_HOMES: [&str; 13] = [
     "migrations/2026-12-03-000020_outbox_statements_by_key/up.sql",
     "migrations/2026-12-04-000021_claims_by_their_rows/up.sql",
     "migrations/2026-12-05-000023_fair_share/up.sql",
+    "migrations/2026-12-05-000024_build_limits/up.sql",
 ];
 
 /// The `(name, body)` of every `CREATE OR REPLACE FUNCTION ops.<name>(` in `sql`, the body being

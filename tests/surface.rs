@@ -493,6 +493,77 @@ async fn the_firms_api_names_pauses_and_reports_firms() {
         let v: serde_json::Value = r.json().await.unwrap();
         assert_eq!(v["paused"], paused);
     }
+    // Its limits toward the builder: a count sets, null lifts, absent keeps.
+    let mut r = client
+        .put(format!("{base}/api/rail/limits"))
+        .insert_header(auth.clone())
+        .send_json(&serde_json::json!({"max_running": 4, "starts_per_minute": 90}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["max_running"].as_u64(), v["starts_per_minute"].as_u64()),
+        (Some(4), Some(90))
+    );
+    let mut r = client
+        .put(format!("{base}/api/rail/limits"))
+        .insert_header(auth.clone())
+        .send_json(&serde_json::json!({"starts_per_minute": null}))
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (v["max_running"].as_u64(), v["starts_per_minute"].is_null()),
+        (Some(4), true)
+    );
+    for (body, named) in [
+        (serde_json::json!({"max_running": 0}), "max_running"),
+        (serde_json::json!({"max_running": "ten"}), "max_running"),
+        (serde_json::json!({"burst": 3}), "burst"),
+        (serde_json::json!([1]), "JSON object"),
+    ] {
+        let mut r = client
+            .put(format!("{base}/api/rail/limits"))
+            .insert_header(auth.clone())
+            .send_json(&body)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{body}");
+        let e: serde_json::Value = r.json().await.unwrap();
+        assert!(e["error"].as_str().unwrap().contains(named), "{e}");
+    }
+    let mut c = db.pool.get().await.unwrap();
+    briefrail::ledger::limits::hold_builder(&mut c, Duration::from_secs(60), "503 from the model")
+        .await
+        .unwrap();
+    drop(c);
+    let mut r = client
+        .get(format!("{base}/api/rail"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["limits"]["builder_held_reason"], "503 from the model");
+    assert!(
+        v["limits"]["builder_held_seconds"].as_f64().unwrap() > 50.0,
+        "{v}"
+    );
+    let mut r = client
+        .post(format!("{base}/api/rail/release-builder"))
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(v["builder_held_seconds"].is_null(), "{v}");
+    let r = client
+        .put(format!("{base}/api/rail/limits"))
+        .send_json(&serde_json::json!({"max_running": 1}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "the limits need the token");
 
     // A Brief requested as background work records its class; a class that is none is named.
     let mut r = client

@@ -298,6 +298,14 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let claim = demanded_claim(&mut c, firm, matter, Duration::from_secs(600)).await;
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let capacity = briefrail::actors::builder::Capacity::new(1, 1);
+    let admission = briefrail::actors::admission::Admission::new(
+        capacity.clone(),
+        db.pool.clone(),
+        Duration::from_secs(300),
+        NODE.into(),
+        Duration::from_secs(600),
+    );
     let env = BuildEnv {
         pool: db.pool.clone(),
         builder: Arc::new(NulFrame),
@@ -311,7 +319,8 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
             backoff_max: Duration::from_secs(300),
         },
         commits: None,
-        capacity: briefrail::actors::builder::Capacity::new(1, 1),
+        capacity,
+        admission,
         cancel,
     };
     let outcome = run_build(&env, claim, None, vec![]).await;

@@ -14,6 +14,10 @@
 //! ledger cannot answer the pick, the node orders its waiters by the same rules with what it
 //! knows (its own claims, the pauses it read last) rather than stall: order is never a
 //! question of correctness, the claim's compare-and-swap is.
+//!
+//! While the fleet's limits toward the builder are set (a cap, a rate, or the builder's hold:
+//! `crate::ledger::limits`), the matter a hold goes to also needs the ledger's permit first; the
+//! hold waits, with its matter first in line, for as long as the ledger says.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, HashMap};
@@ -27,18 +31,26 @@ use super::capacity::{Capacity, Hold};
 use crate::db::Pool;
 use crate::ledger::DemandClass;
 use crate::ledger::fairness::{self, Candidate, Paused};
+use crate::ledger::limits::{self, Limits};
 use crate::nudge::MatterKey;
 
 /// How often a node reads what is paused.
 pub const PAUSE_REFRESH: Duration = Duration::from_secs(1);
 /// How long the pick may take before the node orders its waiters itself.
 const PICK_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a hold waits for a permit before the ledger is asked again: a build ending on
+/// another node frees a slot of the cap without telling this one.
+const PERMIT_POLL: Duration = Duration::from_millis(250);
 
 /// The node's admission: its waiting matters and who gets the next hold.
 pub struct Admission {
     capacity: Arc<Capacity>,
     pool: Pool,
     promote_after: Duration,
+    node_id: String,
+    /// How long a permit the ledger grants lasts without a claim (the lease: a node that dies
+    /// between the two frees the slot when its claims would be swept too).
+    permit_ttl: Duration,
     queue: Mutex<Queue>,
     /// Rung when a matter starts waiting, and when the node starts draining.
     wake: Notify,
@@ -53,6 +65,7 @@ struct Queue {
     /// grants does not all go to the firm the ledger last saw idle.
     pending: HashMap<Uuid, u32>,
     paused: Paused,
+    limits: Limits,
     seq: u64,
     /// The node is draining: nobody new waits, and waiters are let go.
     closed: bool,
@@ -112,6 +125,7 @@ impl Queue {
 
 /// A matter waiting for a hold.
 struct Waiter {
+    key: MatterKey,
     recorded_at: Instant,
     seq: u64,
     reply: oneshot::Sender<Grant>,
@@ -143,13 +157,19 @@ impl Ord for Waiter {
 pub struct Grant {
     hold: Option<Hold>,
     firm_id: Uuid,
+    /// The ledger's permit for this matter, while the fleet's limits are set.
+    permit: Option<MatterKey>,
     admission: Arc<Admission>,
 }
 
 impl Grant {
     /// The hold, once the claim it was granted for has been answered: from now on the ledger
-    /// counts the claim (or there is none to count).
-    pub fn into_hold(mut self) -> Option<Hold> {
+    /// counts the claim (or there is none to count). `built`: the claim was won, so its permit
+    /// (if any) became the running build; otherwise the permit is given back at once.
+    pub fn into_hold(mut self, built: bool) -> Option<Hold> {
+        if built {
+            self.permit = None;
+        }
         self.hold.take()
     }
 }
@@ -159,15 +179,48 @@ impl Drop for Grant {
         if let Ok(mut q) = self.admission.queue.lock() {
             q.settle_pending(self.firm_id);
         }
+        if let Some(key) = self.permit.take() {
+            // An unused permit would count as a running build until it lapses.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (pool, node_id) = (self.admission.pool.clone(), self.admission.node_id.clone());
+                rt.spawn(async move {
+                    let given = async {
+                        let mut c = pool.get().await?;
+                        limits::return_permit(&mut c, key, &node_id).await
+                    };
+                    if let Err(e) = given.await {
+                        tracing::debug!(error = %e, "could not give a permit back; it lapses");
+                    }
+                });
+            }
+        }
     }
 }
 
+/// What became of a hold the dispatcher offered.
+enum HandOut {
+    /// A waiter has it (or nobody waits any more).
+    Done,
+    /// Nobody may have it now: every waiter's firm is paused. The hold is given back.
+    Paused,
+    /// The fleet's limits hold the next build back this long; the dispatcher keeps the hold.
+    Wait(Hold, Duration),
+}
+
 impl Admission {
-    pub fn new(capacity: Arc<Capacity>, pool: Pool, promote_after: Duration) -> Arc<Self> {
+    pub fn new(
+        capacity: Arc<Capacity>,
+        pool: Pool,
+        promote_after: Duration,
+        node_id: String,
+        permit_ttl: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             capacity,
             pool,
             promote_after,
+            node_id,
+            permit_ttl,
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
         })
@@ -176,6 +229,19 @@ impl Admission {
     /// Matters waiting for a hold now.
     pub fn waiting(&self) -> usize {
         self.queue.lock().map(|q| q.waiting()).unwrap_or(0)
+    }
+
+    /// The fleet's limits as this node read them last.
+    pub fn limits(&self) -> Limits {
+        self.queue.lock().map(|q| q.limits).unwrap_or_default()
+    }
+
+    /// The builder asked the rail to wait `wait` (this node's build heard it; the ledger has
+    /// it too): this node asks for permits from now on, without waiting for its next read.
+    pub fn note_builder_hold(&self, wait: Duration) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.limits.builder_held_for = Some(wait);
+        }
     }
 
     /// Waits for a hold for `key`'s demand of `class`, recorded at `recorded_at` (by the
@@ -191,10 +257,10 @@ impl Admission {
             if q.closed {
                 return None;
             }
-            if q.groups.is_empty() && !q.paused.holds(key.firm_id) {
+            if q.groups.is_empty() && !q.paused.holds(key.firm_id) && !q.limits.active() {
                 if let Some(hold) = self.capacity.try_hold() {
                     q.add_pending(key.firm_id);
-                    return Some(self.grant(hold, key.firm_id));
+                    return Some(self.grant(hold, key.firm_id, None));
                 }
             }
             let (tx, rx) = oneshot::channel();
@@ -204,6 +270,7 @@ impl Admission {
                 .entry((key.firm_id, class))
                 .or_default()
                 .push(Waiter {
+                    key,
                     recorded_at,
                     seq,
                     reply: tx,
@@ -214,10 +281,11 @@ impl Admission {
         rx.await.ok()
     }
 
-    fn grant(self: &Arc<Self>, hold: Hold, firm_id: Uuid) -> Grant {
+    fn grant(self: &Arc<Self>, hold: Hold, firm_id: Uuid, permit: Option<MatterKey>) -> Grant {
         Grant {
             hold: Some(hold),
             firm_id,
+            permit,
             admission: self.clone(),
         }
     }
@@ -244,13 +312,30 @@ impl Admission {
                 _ = refresh.tick() => { self.refresh_paused().await; continue; }
                 _ = draining.changed() => continue,
             };
-            let Some(hold) = hold else { break };
-            if !self.hand_out(hold).await {
-                // Every waiter's firm is paused: look again when something changes.
-                tokio::select! {
-                    _ = self.wake.notified() => {}
-                    _ = refresh.tick() => self.refresh_paused().await,
-                    _ = draining.changed() => {}
+            let Some(mut hold) = hold else { break };
+            loop {
+                match self.hand_out(hold).await {
+                    HandOut::Done => break,
+                    HandOut::Paused => {
+                        // Every waiter's firm is paused: look again when something changes.
+                        tokio::select! {
+                            _ = self.wake.notified() => {}
+                            _ = refresh.tick() => self.refresh_paused().await,
+                            _ = draining.changed() => {}
+                        }
+                        break;
+                    }
+                    HandOut::Wait(h, wait) => {
+                        hold = h;
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait.min(PERMIT_POLL)) => {}
+                            _ = refresh.tick() => self.refresh_paused().await,
+                            _ = draining.changed() => {}
+                        }
+                        if *draining.borrow() {
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -260,19 +345,19 @@ impl Admission {
         }
     }
 
-    /// Gives `hold` to the waiter the fair order names. False when nobody may have it now
-    /// (every waiter's firm is paused); the hold is given back.
-    async fn hand_out(self: &Arc<Self>, mut hold: Hold) -> bool {
+    /// Gives `hold` to the waiter the fair order names, once the fleet's limits let its build
+    /// start.
+    async fn hand_out(self: &Arc<Self>, mut hold: Hold) -> HandOut {
         loop {
-            let (candidates, paused) = {
+            let (candidates, paused, limited) = {
                 let Ok(mut q) = self.queue.lock() else {
-                    return false;
+                    return HandOut::Paused;
                 };
                 q.prune();
-                (q.candidates(), q.paused.clone())
+                (q.candidates(), q.paused.clone(), q.limits.active())
             };
             if candidates.is_empty() {
-                return true;
+                return HandOut::Done;
             }
             let pick = if candidates.len() == 1 && !paused.holds(candidates[0].1.firm_id) {
                 Some(0)
@@ -280,12 +365,12 @@ impl Admission {
                 self.pick(&candidates, &paused).await
             };
             let Some(i) = pick else {
-                return false;
+                return HandOut::Paused;
             };
             let group = candidates[i].0;
             let waiter = {
                 let Ok(mut q) = self.queue.lock() else {
-                    return false;
+                    return HandOut::Paused;
                 };
                 let w = q.groups.get_mut(&group).and_then(BinaryHeap::pop);
                 if q.groups.get(&group).is_some_and(BinaryHeap::is_empty) {
@@ -297,12 +382,27 @@ impl Admission {
                 w
             };
             let Some(waiter) = waiter else { continue };
-            match waiter.reply.send(self.grant(hold, group.0)) {
-                Ok(()) => return true,
-                // It stopped waiting meanwhile: the next one.
+            let permit = if limited {
+                match self.take_permit(waiter.key).await {
+                    None => Some(waiter.key),
+                    Some(wait) => {
+                        // First in line still: back to its place until the limits let it go.
+                        if let Ok(mut q) = self.queue.lock() {
+                            q.settle_pending(group.0);
+                            q.groups.entry(group).or_default().push(waiter);
+                        }
+                        return HandOut::Wait(hold, wait);
+                    }
+                }
+            } else {
+                None
+            };
+            match waiter.reply.send(self.grant(hold, group.0, permit)) {
+                Ok(()) => return HandOut::Done,
+                // It stopped waiting meanwhile (its permit goes back with the grant): the next.
                 Err(mut grant) => match grant.hold.take() {
                     Some(h) => hold = h,
-                    None => return true,
+                    None => return HandOut::Done,
                 },
             }
         }
@@ -334,14 +434,36 @@ impl Admission {
         }
     }
 
+    /// The ledger's permit for `key` (`None`: granted), or how long to wait. A ledger that
+    /// cannot answer holds the build back too: the limits are a promise to the builder.
+    async fn take_permit(&self, key: MatterKey) -> Option<Duration> {
+        let asked = tokio::time::timeout(PICK_TIMEOUT, async {
+            let mut conn = self.pool.get().await?;
+            limits::take_permit(&mut conn, key, &self.node_id, self.permit_ttl).await
+        })
+        .await;
+        match asked {
+            Ok(Ok(wait)) => wait,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the build permit could not be asked for; waiting");
+                Some(PERMIT_POLL)
+            }
+            Err(_) => {
+                tracing::warn!("the build permit timed out; waiting");
+                Some(PERMIT_POLL)
+            }
+        }
+    }
+
     async fn refresh_paused(&self) {
         let read = tokio::time::timeout(PICK_TIMEOUT, async {
             let mut conn = self.pool.get().await?;
-            fairness::paused(&mut conn).await
+            let paused = fairness::paused(&mut conn).await?;
+            Ok::<_, crate::Error>((paused, limits::read(&mut conn).await?.limits))
         })
         .await;
         match read {
-            Ok(Ok(paused)) => {
+            Ok(Ok((paused, limits))) => {
                 let changed = {
                     let Ok(mut q) = self.queue.lock() else { return };
                     let changed = q.paused != paused;
@@ -353,6 +475,13 @@ impl Admission {
                         );
                     }
                     q.paused = paused;
+                    if q.limits.active() != limits.active() {
+                        tracing::info!(max_running = ?limits.max_running,
+                                       starts_per_minute = ?limits.starts_per_minute,
+                                       builder_held = limits.builder_held_for.is_some(),
+                                       "the fleet's build limits changed");
+                    }
+                    q.limits = limits;
                     changed
                 };
                 if changed {
@@ -435,6 +564,10 @@ mod tests {
         for (i, ago) in [5u64, 50, 20].into_iter().enumerate() {
             let (tx, _rx) = oneshot::channel();
             heap.push(Waiter {
+                key: MatterKey {
+                    firm_id: Uuid::nil(),
+                    matter_id: Uuid::nil(),
+                },
                 recorded_at: now - Duration::from_millis(ago),
                 seq: i as u64,
                 reply: tx,

@@ -25,6 +25,7 @@ pub use super::capacity::{Capacity, Hold};
 use crate::builders::{BuildContext, Builder};
 use crate::db::Pool;
 use crate::error::{Error, ErrorKind};
+use crate::ledger::limits;
 #[cfg(feature = "otel")]
 use crate::ledger::reads;
 use crate::ledger::transitions::{self as t, Landed, RetryPolicy};
@@ -54,6 +55,8 @@ pub struct BuildEnv {
     pub commits: Option<CommitQueue>,
     /// The node's slots (a build takes one while it builds) and holds.
     pub capacity: Arc<Capacity>,
+    /// Who takes the node's next hold: told at once when the builder asks the rail to wait.
+    pub admission: Arc<super::admission::Admission>,
     /// Flips to true when shutdown's grace has passed: in-flight builds are cancelled and their
     /// claims released by token.
     pub cancel: watch::Receiver<bool>,
@@ -141,6 +144,9 @@ pub enum BuildOutcome {
     Failed(String),
     /// Shutdown cancelled the build; the claim was handed back by token.
     Released,
+    /// The builder asked the rail to wait this long (backpressure): the claim was handed back
+    /// without spending a retry, and the ledger holds every node's next build until then.
+    HeldBack(Duration),
     /// The ledger could not be reached to settle the claim; its lease will expire.
     Unsettled(String),
 }
@@ -153,6 +159,7 @@ impl BuildOutcome {
             Self::Fenced => "fenced",
             Self::Failed(_) => "failed",
             Self::Released => "released",
+            Self::HeldBack(_) => "held_back",
             Self::Unsettled(_) => "unsettled",
         }
     }
@@ -306,6 +313,13 @@ pub async fn run_build(
             Metrics::inc(&env.metrics.counters.builds_released);
             tracing::info!("claim released at shutdown");
         }
+        BuildOutcome::HeldBack(wait) => {
+            Metrics::inc(&env.metrics.counters.builds_held_back);
+            tracing::warn!(
+                wait_ms = wait.as_millis() as u64,
+                "the builder asked the rail to wait: claim handed back, no retry spent"
+            );
+        }
         BuildOutcome::Unsettled(e) => {
             tracing::error!(error = %e, "could not settle the claim; its lease will expire")
         }
@@ -356,6 +370,10 @@ async fn link_served_demands(pool: &Pool, event_ids: &[Uuid]) {
 async fn conclude(env: &BuildEnv, claim: &Claim, stopped: Stopped) -> BuildOutcome {
     match stopped {
         Stopped::Built(Ok(frame)) => commit_with_retry(env, claim, frame).await,
+        Stopped::Built(Err(Error::Backpressure {
+            retry_after,
+            message,
+        })) => held_back(env, claim, retry_after, &message).await,
         Stopped::Built(Err(e)) => fail(env, claim, &e.to_string(), e.is_permanent()).await,
         Stopped::HeartbeatFenced => {
             match ledger_call(
@@ -394,6 +412,40 @@ async fn release(env: &BuildEnv, claim: &Claim, reason: &str) -> BuildOutcome {
         Ok(()) => BuildOutcome::Released,
         Err(Error::Fenced { .. }) => BuildOutcome::Fenced,
         Err(e) => BuildOutcome::Unsettled(e.to_string()),
+    }
+}
+
+/// The builder asked the rail to wait: the hold goes on the ledger first (every node's next
+/// build waits for it), then the claim is handed back by token, as at shutdown (no retry
+/// spent). If the hold cannot be recorded the claim is still handed back; the matter waits out
+/// `retry_after` on this node before it asks again.
+async fn held_back(
+    env: &BuildEnv,
+    claim: &Claim,
+    retry_after: Duration,
+    message: &str,
+) -> BuildOutcome {
+    let reason = format!(
+        "builder asked to wait {:.1}s: {message}",
+        retry_after.as_secs_f64()
+    );
+    let wait = match env.pool.get().await {
+        Ok(mut c) => match limits::hold_builder(&mut c, retry_after, &reason).await {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not record the builder's hold");
+                retry_after.min(limits::MAX_BUILDER_HOLD)
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "no connection to record the builder's hold");
+            retry_after.min(limits::MAX_BUILDER_HOLD)
+        }
+    };
+    env.admission.note_builder_hold(wait);
+    match release(env, claim, &reason).await {
+        BuildOutcome::Released => BuildOutcome::HeldBack(wait),
+        other => other,
     }
 }
 

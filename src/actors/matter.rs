@@ -89,6 +89,9 @@ pub struct MatterActor {
     /// Its supervisor holds an idle report of this actor that has not been answered yet: one
     /// report at a time, however often the matter is built meanwhile.
     reported_idle: bool,
+    /// The class and age of the demand the cycle in flight serves: a claim handed back
+    /// because the builder is held (or the fleet's rate) asks again with them.
+    cycle_demand: Option<(DemandClass, Instant)>,
 }
 
 impl MatterActor {
@@ -102,6 +105,7 @@ impl MatterActor {
             cycle_running: false,
             last_activity: Instant::now(),
             reported_idle: false,
+            cycle_demand: None,
         }
     }
 
@@ -135,6 +139,10 @@ impl MatterActor {
         }
         let pending = self.pending.take().unwrap_or_default();
         self.cycle_running = true;
+        self.cycle_demand = Some((
+            pending.class.unwrap_or_default(),
+            pending.recorded_at.unwrap_or_else(Instant::now),
+        ));
         let node = self.node.clone();
         let key = self.key;
         // The claim talks to the ledger only; a half-open connection must not leave this actor
@@ -188,6 +196,31 @@ impl MatterActor {
     fn idle(&self) -> bool {
         !self.cycle_running && self.pending.is_none()
     }
+
+    /// The cycle's claim was handed back unbuilt (the builder asked the rail to wait, or the
+    /// fleet's limits gate a follow-up): its demand is still unserved on the ledger, so the
+    /// matter asks for a hold again, in its place by class and age, after `after`. The ledger's
+    /// permit makes every node wait out the builder's hold; `after` only keeps this actor from
+    /// asking sooner if the hold could not be recorded.
+    fn ask_again(&mut self, ctx: &mut Context<Self>, after: Duration) {
+        let (class, recorded_at) = self
+            .cycle_demand
+            .unwrap_or((DemandClass::default(), Instant::now()));
+        let now = Instant::now();
+        let p = self.pending.get_or_insert_with(Pending::default);
+        p.since.get_or_insert(now);
+        p.class = Some(p.class.map_or(class, |c| c.max(class)));
+        p.recorded_at = Some(p.recorded_at.map_or(recorded_at, |r| r.min(recorded_at)));
+        self.cycle_running = false;
+        self.last_activity = now;
+        if let Some(h) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        self.timer = Some(ctx.run_later(after, |act, ctx| {
+            act.timer = None;
+            act.start_cycle(ctx);
+        }));
+    }
 }
 
 /// Claim, on a granted hold. `Some` when this process won the matter; `None` when there was
@@ -230,7 +263,7 @@ async fn claim_cycle(
     if let Some(Some(claim)) = first {
         tracing::debug!(firm_id = %key.firm_id, matter_id = %key.matter_id, token = claim.token,
                         class = %pending.class.unwrap_or_default(), "claimed");
-        return Some((claim, grant.into_hold()?, trace_id, pending.event_ids));
+        return Some((claim, grant.into_hold(true)?, trace_id, pending.event_ids));
     }
     let mut conn = match Box::pin(node.pool.get()).await {
         Ok(c) => c,
@@ -240,7 +273,7 @@ async fn claim_cycle(
         }
     };
     let outcome = Box::pin(t::claim_or_record_after(&mut conn, &req, first)).await;
-    let hold = grant.into_hold()?;
+    let hold = grant.into_hold(matches!(outcome, Ok(ClaimOutcome::Won(_))))?;
     match outcome {
         Ok(ClaimOutcome::Won(claim)) => Some((claim, hold, trace_id, pending.event_ids)),
         Ok(ClaimOutcome::Served) => None,
@@ -326,6 +359,23 @@ impl Handler<BuildDone> for MatterActor {
                     ctx.spawn(fut.into_actor(self).map(|(), act, ctx| act.end_cycle(ctx)));
                     return;
                 }
+                if self.node.admission.limits().gates_starts() {
+                    // A rate or a held builder counts every start: the follow-up goes back
+                    // through admission for its permit, its claim handed back (no retry spent).
+                    let pool = self.node.pool.clone();
+                    let fut = async move {
+                        if let Ok(mut c) = pool.get().await {
+                            let _ = t::release(&mut c, &next, "waits for the fleet's build limits")
+                                .await;
+                        }
+                        drop(hold);
+                    };
+                    ctx.spawn(
+                        fut.into_actor(self)
+                            .map(|(), act, ctx| act.ask_again(ctx, Duration::ZERO)),
+                    );
+                    return;
+                }
                 // Every demand that piled up during the build is served by this one follow-up;
                 // nudges for them that are still pending add nothing.
                 self.node.builders.host().do_send(RunBuild {
@@ -335,6 +385,9 @@ impl Handler<BuildDone> for MatterActor {
                     hold,
                     reply: ctx.address().recipient(),
                 });
+            }
+            (BuildOutcome::HeldBack(wait), _) if !*self.node.draining.borrow() => {
+                self.ask_again(ctx, wait)
             }
             _ => self.end_cycle(ctx),
         }

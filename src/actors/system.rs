@@ -69,6 +69,17 @@ impl Actors {
         // Claims (and commits) asked for while this many batches of them are on the wire wait
         // for the next (`database.batch_lanes`).
         let lanes = settings.database.batch_lanes as usize;
+        let capacity = Capacity::new(
+            settings.builders.concurrency,
+            settings.builders.held_claims(),
+        );
+        let admission = Admission::new(
+            capacity.clone(),
+            pool.clone(),
+            settings.fairness.promote_after(),
+            node_id.clone(),
+            settings.lease.lease(),
+        );
         let env = Arc::new(BuildEnv {
             pool: pool.clone(),
             builder: opts.builder,
@@ -78,18 +89,11 @@ impl Actors {
             timeout: crate::config::seconds(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
             commits: Some(commits_in_batches(pool.clone(), lanes, BATCH_MAX)),
-            capacity: Capacity::new(
-                settings.builders.concurrency,
-                settings.builders.held_claims(),
-            ),
+            capacity,
+            admission: admission.clone(),
             cancel,
         });
         let builders = BuilderPool::start(env);
-        let admission = Admission::new(
-            builders.capacity().clone(),
-            pool.clone(),
-            settings.fairness.promote_after(),
-        );
         actix::spawn(admission.clone().run(draining.clone()));
         let context = Arc::new(NodeContext {
             admission,

@@ -1,6 +1,7 @@
 //! The `command` builder: runs `builder.command` with the build context as JSON on stdin and
 //! takes the frame JSON from stdout. A non-zero exit or output that is not a JSON object fails
-//! the build with (a bounded excerpt of) the program's stderr.
+//! the build with (a bounded excerpt of) the program's stderr; exit code 75 says the model is
+//! overloaded (`super::backpressure`): the claim goes back without spending a retry.
 //!
 //! * **Streams, never deadlocks.** stdin is written while stdout and stderr are read, so a
 //!   program that writes as it reads (`cat`, any streaming tool) cannot fill its stdout pipe
@@ -23,6 +24,7 @@ use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::backpressure::{EXIT_BACKPRESSURE, backpressure, wait_from_stderr};
 use super::{BuildContext, Builder};
 use crate::error::{Error, Result};
 use crate::ledger::Frame;
@@ -90,6 +92,12 @@ impl Builder for CommandBuilder {
                 .await
                 .map_err(|e| failed(format!("{program}: {e}")))?;
             let stderr = excerpt(&String::from_utf8_lossy(&err));
+            if status.code() == Some(EXIT_BACKPRESSURE) {
+                return Err(backpressure(
+                    wait_from_stderr(&stderr),
+                    format!("{program} exited with {EXIT_BACKPRESSURE} (overloaded): {stderr}"),
+                ));
+            }
             if !status.success() {
                 return Err(failed(format!("{program} exited with {status}: {stderr}")));
             }

@@ -1,6 +1,7 @@
 //! The `http` builder: POSTs the build context as JSON to `builder.url` and takes the frame
-//! from a 2xx JSON response. Other statuses fail the build with the status and a bounded
-//! excerpt of the body. Dropping the build future aborts the request (fenced, timed out,
+//! from a 2xx JSON response. A 429, or a 503 with `Retry-After`, says the endpoint is
+//! overloaded (`super::backpressure`): the claim goes back without spending a retry. Other
+//! statuses fail the build with the status and a bounded excerpt of the body. Dropping the build future aborts the request (fenced, timed out,
 //! shutting down).
 //!
 //! `https://` URLs are spoken with rustls, trusting the system's certificate authorities and
@@ -14,11 +15,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use awc::http::StatusCode;
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use super::backpressure::{backpressure, parse_retry_after};
 use super::command::excerpt;
 use super::{BuildContext, Builder};
 use crate::config::BuilderSettings;
@@ -143,11 +146,25 @@ impl Builder for HttpBuilder {
                 .await
                 .map_err(|e| failed(format!("POST {}: {e}", self.url)))?;
             let status = resp.status();
+            let retry_after = resp
+                .headers()
+                .get(awc::http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
             let bytes = resp
                 .body()
                 .limit(MAX_BODY)
                 .await
                 .map_err(|e| failed(format!("{} answered {status}; body: {e}", self.url)))?;
+            let overloaded = status == StatusCode::TOO_MANY_REQUESTS
+                || (status == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some());
+            if overloaded {
+                let text = String::from_utf8_lossy(&bytes);
+                return Err(backpressure(
+                    retry_after,
+                    format!("{} answered {status}: {}", self.url, excerpt(&text)),
+                ));
+            }
             if !status.is_success() {
                 let text = String::from_utf8_lossy(&bytes);
                 return Err(failed(format!(

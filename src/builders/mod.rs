@@ -8,9 +8,12 @@
 //!
 //! A build never writes to the ledger itself: it returns a [`Frame`], and the builder actor
 //! commits it with the token (and any [`crate::ledger::ExtraWrites`] the frame carries). A
+//! builder that is overloaded returns [`crate::Error::Backpressure`] ([`backpressure`]): the
+//! claim goes back without spending a retry, and the rail waits as asked. A
 //! build is cancelled by dropping its future, so builders must release what they hold on drop
 //! (the command builder's child is killed on drop; the HTTP request is aborted).
 
+pub mod backpressure;
 pub mod brief;
 pub mod command;
 pub mod context;

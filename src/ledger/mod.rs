@@ -20,6 +20,7 @@
 //!   which only tests move).
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
 //! * [`fairness`]: who is served next when build slots are scarce (class, firms, pause).
+//! * [`limits`]: the fleet's cap, rate and builder hold toward the model endpoint.
 //! * [`reads`]: what operators and tests look at.
 //! * [`retention`]: what the sweeper removes once no guarantee needs it.
 //! * [`text`]: text from outside made storable (Postgres `text` refuses NUL).
@@ -38,6 +39,7 @@ pub mod event_name;
 pub mod facts;
 pub mod fairness;
 pub mod inbox;
+pub mod limits;
 pub mod models;
 pub mod outbox;
 pub mod presence;

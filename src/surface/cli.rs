@@ -275,8 +275,40 @@ pub enum RailCommand {
     Pause,
     /// Resume the rail.
     Resume,
-    /// Whether the rail is paused.
+    /// Whether the rail is paused, the limits toward the builder, and its hold if any.
     Status,
+    /// The limits toward the builder, for every node together: show them, or set what is
+    /// given (`none` lifts one). Nodes read them within a second.
+    Limits(LimitsArgs),
+    /// Lift the builder's hold now (it asked the rail to wait: a 429, a 503 with
+    /// Retry-After, exit code 75), once the endpoint is known to be back.
+    ReleaseBuilder,
+}
+
+#[derive(Debug, Args)]
+pub struct LimitsArgs {
+    /// Builds running at once on every node together (the model endpoint's concurrency).
+    #[arg(long, value_name = "N|none", value_parser = parse_limit)]
+    pub max_running: Option<Limit>,
+    /// Builds started per minute on every node together (the endpoint's rate limit).
+    #[arg(long, value_name = "N|none", value_parser = parse_limit)]
+    pub starts_per_minute: Option<Limit>,
+}
+
+/// A limit as the command line gives it: a count, or `none` for no limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit(pub Option<u32>);
+
+fn parse_limit(s: &str) -> std::result::Result<Limit, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Limit(Some(n))),
+        _ => Err(format!(
+            "{s:?} is not a limit: a whole number of at least 1, or none"
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,11 +1,12 @@
-//! `briefrail firm …` and `briefrail rail …`: who is served next, as an operator sets and
-//! reads it (`ledger::fairness`).
+//! `briefrail firm …` and `briefrail rail …`: who is served next and the limits toward the
+//! builder, as an operator sets and reads them (`ledger::fairness`, `ledger::limits`).
 
 use diesel_async::AsyncPgConnection;
 
 use super::{FirmCommand, RailCommand};
 use crate::error::{Error, Result};
 use crate::ledger::fairness::{self, FirmSettings, FirmView};
+use crate::ledger::limits::{self, LimitsStatus};
 
 fn print_json(v: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(v)
@@ -121,7 +122,41 @@ pub async fn rail(conn: &mut AsyncPgConnection, c: RailCommand) -> Result<()> {
                 if p.rail { "paused" } else { "running" },
                 p.firms.len()
             );
+            print_limits(&limits::read(conn).await?);
+        }
+        RailCommand::Limits(a) => {
+            if a.max_running.is_some() || a.starts_per_minute.is_some() {
+                let now = limits::read(conn).await?.limits;
+                limits::set(
+                    conn,
+                    a.max_running.map_or(now.max_running, |l| l.0),
+                    a.starts_per_minute.map_or(now.starts_per_minute, |l| l.0),
+                )
+                .await?;
+            }
+            print_limits(&limits::read(conn).await?);
+        }
+        RailCommand::ReleaseBuilder => {
+            limits::release_builder(conn).await?;
+            println!("builder hold lifted: builds start again as the limits allow");
         }
     }
     Ok(())
+}
+
+fn print_limits(s: &LimitsStatus) {
+    let or_none = |v: Option<u32>| v.map_or("none".to_owned(), |n| n.to_string());
+    println!(
+        "max_running {}; starts_per_minute {}",
+        or_none(s.limits.max_running),
+        or_none(s.limits.starts_per_minute)
+    );
+    match (s.limits.builder_held_for, &s.held_reason) {
+        (Some(d), reason) => println!(
+            "builder held for {} more: {}",
+            age(d.as_secs_f64()),
+            reason.as_deref().unwrap_or("(no reason given)")
+        ),
+        (None, _) => println!("builder not held"),
+    }
 }

@@ -8,7 +8,9 @@
 //! | `GET /api/firms/{firm}` | one firm (its id or its name) |
 //! | `PUT /api/firms/{firm}` | `{"name"?, "weight"?, "paused"?}`: set what is given |
 //! | `POST /api/firms/{firm}/{pause,resume}` | pause or resume a firm |
-//! | `GET /api/rail`, `POST /api/rail/{pause,resume}` | the whole rail |
+//! | `GET /api/rail`, `POST /api/rail/{pause,resume}` | the whole rail, its limits and hold |
+//! | `PUT /api/rail/limits` | `{"max_running"?, "starts_per_minute"?}`: a count sets, `null` lifts |
+//! | `POST /api/rail/release-builder` | lift the builder's hold now |
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
@@ -16,6 +18,7 @@ use serde_json::json;
 use super::http::{HttpState, error_response, only, unauthorized};
 use crate::error::{Error, Result};
 use crate::ledger::fairness::{self, FirmSettings};
+use crate::ledger::limits::{self, LimitsStatus};
 
 /// The routes above, each answering 405 with `Allow` for another method.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -36,6 +39,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             "/api/rail/{action:pause|resume}",
             "POST",
             web::post().to(pause_rail),
+        ))
+        .service(only("/api/rail/limits", "PUT", web::put().to(set_limits)))
+        .service(only(
+            "/api/rail/release-builder",
+            "POST",
+            web::post().to(release_builder),
         ));
 }
 
@@ -150,7 +159,12 @@ async fn rail(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
         async {
             let mut c = state.pool.get().await?;
             let p = fairness::paused(&mut c).await?;
-            Ok(json!({"paused": p.rail, "paused_firms": p.firms.len()}))
+            let l = limits::read(&mut c).await?;
+            Ok(json!({
+                "paused": p.rail,
+                "paused_firms": p.firms.len(),
+                "limits": limits_json(&l),
+            }))
         }
         .await,
     )
@@ -170,6 +184,88 @@ async fn pause_rail(
             let mut c = state.pool.get().await?;
             fairness::set_rail_paused(&mut c, paused).await?;
             Ok(json!({"paused": paused}))
+        }
+        .await,
+    )
+}
+
+fn limits_json(s: &LimitsStatus) -> serde_json::Value {
+    json!({
+        "max_running": s.limits.max_running,
+        "starts_per_minute": s.limits.starts_per_minute,
+        "builder_held_seconds": s.limits.builder_held_for.map(|d| d.as_secs_f64()),
+        "builder_held_reason": s.held_reason,
+    })
+}
+
+/// One limit of a `PUT /api/rail/limits` body: absent keeps it, `null` lifts it, a count sets
+/// it; anything else is refused naming the key.
+fn limit_field(
+    body: &serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    now: Option<u32>,
+) -> Result<Option<u32>> {
+    match body.get(key) {
+        None => Ok(now),
+        Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "{key} must be a whole number of at least 1, or null for no limit; got {v}"
+                ))
+            }),
+    }
+}
+
+async fn set_limits(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+    body: web::Bytes,
+) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    let body = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(serde_json::Value::Object(m)) => m,
+        Ok(_) | Err(_) => {
+            return HttpResponse::UnprocessableEntity().json(json!({
+                "error": "the body must be a JSON object: {\"max_running\"?, \"starts_per_minute\"?}"
+            }));
+        }
+    };
+    if let Some(k) = body
+        .keys()
+        .find(|k| !["max_running", "starts_per_minute"].contains(&k.as_str()))
+    {
+        return HttpResponse::UnprocessableEntity().json(json!({
+            "error": format!("unknown field {k:?}: the limits are max_running and starts_per_minute")
+        }));
+    }
+    answer(
+        async {
+            let mut c = state.pool.get().await?;
+            let now = limits::read(&mut c).await?.limits;
+            let cap = limit_field(&body, "max_running", now.max_running)?;
+            let rate = limit_field(&body, "starts_per_minute", now.starts_per_minute)?;
+            limits::set(&mut c, cap, rate).await?;
+            Ok(limits_json(&limits::read(&mut c).await?))
+        }
+        .await,
+    )
+}
+
+async fn release_builder(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
+    if !super::http::authorized(&req, &state) {
+        return unauthorized();
+    }
+    answer(
+        async {
+            let mut c = state.pool.get().await?;
+            limits::release_builder(&mut c).await?;
+            Ok(limits_json(&limits::read(&mut c).await?))
         }
         .await,
     )

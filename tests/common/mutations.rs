@@ -3,7 +3,8 @@
 //! retention's `ops.prune_*`, `…000009` for `ops.commit_frame`, `…000013` for the lost claim,
 //! heartbeat, follow-up lease, failure and release, `…000014` for `ops.now` and `ops.clock`,
 //! `…000017` for the commit's compare-and-swap, `…000018` for the demand and the trigger,
-//! `…000021` for the claim, each written once for a batch), and
+//! `…000021` for the claim, each written once for a batch, `…000023` for the fair pick, `…000024`
+//! for the limits toward the builder), and
 //! the guarantee tests that must fail under each, the way the model check's negative controls
 //! must find a counterexample.
 //!
@@ -31,7 +32,8 @@ pub struct Mutation {
 
 /// The live homes, newest first: a function's live text is its definition in the first that
 /// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 14] = [
+const LIVE_HOMES: [&str; 15] = [
+    "migrations/2026-12-05-000024_build_limits/up.sql",
     "migrations/2026-12-05-000023_fair_share/up.sql",
     "migrations/2026-12-04-000021_claims_by_their_rows/up.sql",
     "migrations/2026-12-03-000020_outbox_statements_by_key/up.sql",
@@ -189,6 +191,68 @@ pub fn all() -> Vec<Mutation> {
             breaks: "fairness: within a firm's share, the oldest demand is claimed first",
             sql: || patched_rule("fair_pick", "oldest first", "DESC", "ASC"),
             killers: &["fairness::within_a_firms_share_the_oldest_demand_is_picked_first"],
+        },
+        Mutation {
+            name: "take_permit_without_the_lock",
+            breaks: "limits: two nodes asking at once cannot both take the cap's last slot",
+            sql: || patched_rule("take_permit", "one grant at a time", " FOR UPDATE", ""),
+            killers: &["limits::a_cap_is_never_exceeded_by_nodes_asking_at_once"],
+        },
+        Mutation {
+            name: "take_permit_ignores_the_cap",
+            breaks: "limits: builds running on every node together never exceed the cap",
+            sql: || {
+                patched_rule(
+                    "take_permit",
+                    "global cap",
+                    "v_running >= r.max_running",
+                    "false",
+                )
+            },
+            killers: &[
+                "limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
+                "limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
+                "limits::two_nodes_never_run_more_builds_than_the_cap_together",
+            ],
+        },
+        Mutation {
+            name: "take_permit_forgets_unclaimed_permits",
+            breaks: "limits: a permit granted and not yet claimed counts against the cap",
+            sql: || {
+                patched(
+                    "take_permit",
+                    &[(
+                        "AND NOT coalesce(j.claimed_at >= p.granted_at, false)",
+                        "AND false",
+                    )],
+                )
+            },
+            killers: &[
+                "limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
+                "limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
+            ],
+        },
+        Mutation {
+            name: "take_permit_ignores_the_rate",
+            breaks: "limits: builds started per minute on every node together obey the rate",
+            sql: || patched_rule("take_permit", "rate limit", "v_tokens < 1", "false"),
+            killers: &["limits::the_rate_limit_spaces_starts_across_the_fleet"],
+        },
+        Mutation {
+            name: "take_permit_ignores_the_held_builder",
+            breaks: "limits: no build starts on any node before the time the builder gave",
+            sql: || {
+                patched_rule(
+                    "take_permit",
+                    "builder held",
+                    "r.builder_held_until > v_now",
+                    "false",
+                )
+            },
+            killers: &[
+                "limits::a_held_builder_holds_every_start_until_its_time",
+                "limits::a_builder_asking_to_wait_holds_every_start_and_spends_no_retry",
+            ],
         },
         Mutation {
             name: "outbox_pages_filled_to_the_brim",
