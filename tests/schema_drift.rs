@@ -1,7 +1,9 @@
-//! `src/schema.rs` must describe exactly what the migrations create. This test renders the
-//! schema of a freshly migrated database in diesel's `print-schema` layout and compares it with
-//! the file (ignoring whitespace). `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --test schema_drift`
-//! rewrites the file after a migration changes.
+//! What is generated from a migrated database must match it: `src/schema.rs` (diesel's
+//! `print-schema` layout, compared ignoring whitespace) and the live SQL in `src/ledger/live/`
+//! (each function as it runs, and the catalog). `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace
+//! --test schema_drift` rewrites them after a migration changes.
+
+mod common;
 
 use std::collections::BTreeMap;
 
@@ -126,44 +128,6 @@ async fn schema_rs_matches_the_migrations() {
     );
 }
 
-/// The one migration that holds every live statement of the ledger in full...
-const LIVE_HOME: &str = "migrations/2026-12-01-000005_ledger_clock/up.sql";
-/// ...and the later ones, each the live home of the functions it names in its header (it
-/// redefines them in full); a function's last definition is the one that runs.
-const LATER_HOMES: [&str; 14] = [
-    "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
-    "migrations/2026-12-01-000007_retention/up.sql",
-    "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
-    "migrations/2026-12-01-000010_operator_console/up.sql",
-    "migrations/2026-12-02-000011_batched_claims_and_commits/up.sql",
-    "migrations/2026-12-02-000013_rows_by_their_key/up.sql",
-    "migrations/2026-12-02-000014_clock_in_line/up.sql",
-    "migrations/2026-12-02-000015_debounce_from_the_record/up.sql",
-    "migrations/2026-12-03-000017_batches_in_one_statement/up.sql",
-    "migrations/2026-12-03-000018_triggers_in_one_statement/up.sql",
-    "migrations/2026-12-03-000020_outbox_statements_by_key/up.sql",
-    "migrations/2026-12-04-000021_claims_by_their_rows/up.sql",
-    "migrations/2026-12-05-000023_fair_share/up.sql",
-    "migrations/2026-12-05-000024_build_limits/up.sql",
-];
-
-/// The `(name, body)` of every `CREATE OR REPLACE FUNCTION ops.<name>(` in `sql`, the body being
-/// the text between its dollar quotes (what Postgres keeps as `pg_proc.prosrc`).
-fn defined_functions(sql: &str) -> Vec<(String, String)> {
-    let head = "CREATE OR REPLACE FUNCTION ops.";
-    let mut out = Vec::new();
-    let mut rest = sql;
-    while let Some(at) = rest.find(head) {
-        let def = &rest[at + head.len()..];
-        let name = &def[..def.find('(').expect("a parameter list")];
-        let open = def.find("$$").expect("a dollar-quoted body") + 2;
-        let close = open + def[open..].find("$$").expect("the body's closing $$");
-        out.push((name.to_owned(), def[open..close].to_owned()));
-        rest = &def[close + 2..];
-    }
-    out
-}
-
 /// Where `text` reads the database clock directly: `now()` or `clock_timestamp()` not spelled
 /// `ops.now()` / `ops.clock()` (a Rust `Instant::now()` or `Utc::now()` is not SQL).
 fn raw_clock_reads(text: &str) -> Vec<usize> {
@@ -188,89 +152,162 @@ struct Function {
     name: String,
     #[diesel(sql_type = Text)]
     body: String,
+    #[diesel(sql_type = Text)]
+    def: String,
 }
 
-/// The promise of `migrations/…000005_ledger_clock/up.sql`: every function of schema `ops` in a
-/// migrated database is defined there in full, exactly as it runs, and the file says it is the
-/// live home. A migration that adds or redefines a function of `ops` elsewhere fails here
-/// (define it in full in the live home, or move the promise to the new migration and this test
-/// with it). And every live statement reads time only through the ledger clock.
-#[tokio::test]
-async fn every_function_of_ops_is_defined_in_full_in_the_live_home() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(LIVE_HOME);
-    let sql = std::fs::read_to_string(&path).expect("read the live home");
-    let header: String = sql
-        .lines()
-        .take_while(|l| l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    assert!(
-        header.contains("THIS FILE IS THE LIVE HOME OF THE LEDGER'S SQL")
-            && header.contains("every function in schema"),
-        "{LIVE_HOME}: its header must say it is the live home of every function of ops:\n{header}"
-    );
-    assert!(
-        !sql.contains("CREATE FUNCTION"),
-        "{LIVE_HOME}: every definition is a CREATE OR REPLACE FUNCTION (the mutation controls \
-         and this test look for that head)"
-    );
-    let defined = defined_functions(&sql);
-    let mut in_file = BTreeMap::new();
-    let mut home: BTreeMap<String, &str> = BTreeMap::new();
-    for (name, body) in &defined {
-        assert!(
-            in_file.insert(name.clone(), body.clone()).is_none(),
-            "{LIVE_HOME} defines ops.{name} twice"
-        );
-        home.insert(name.clone(), LIVE_HOME);
-    }
-    for later in LATER_HOMES {
-        let text =
-            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(later))
-                .expect("read a later live home");
-        let header: String = text
-            .lines()
-            .take_while(|l| l.starts_with("--"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        for (name, body) in defined_functions(&text) {
-            assert!(
-                header.contains(&format!("ops.{name}")) && header.contains("THE LIVE HOME OF"),
-                "{later} redefines ops.{name} without naming it in its header as a function it is the live home of"
-            );
-            in_file.insert(name.clone(), body);
-            home.insert(name, later);
-        }
-    }
+/// Where the live SQL of the ledger is written out, one file per function plus the catalog.
+const LIVE_DIR: &str = "src/ledger/live";
+const REGENERATE: &str = "BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift";
 
+/// The catalog of schemas `ops` and `record` as `pg_dump --schema-only` prints it, without the
+/// functions (each has its own file) and without the lines naming pg_dump's version.
+fn catalog(url: &str) -> String {
+    let bindir = std::process::Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .expect("pg_config (package postgresql) is needed to find pg_dump");
+    let pg_dump =
+        std::path::Path::new(String::from_utf8_lossy(&bindir.stdout).trim()).join("pg_dump");
+    let out = std::process::Command::new(&pg_dump)
+        .args([
+            "--schema-only",
+            "--no-owner",
+            "--no-privileges",
+            "-n",
+            "ops",
+            "-n",
+            "record",
+        ])
+        .arg(format!("--dbname={url}"))
+        .output()
+        .unwrap_or_else(|e| panic!("{} is needed for the catalog: {e}", pg_dump.display()));
+    assert!(
+        out.status.success(),
+        "pg_dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump = String::from_utf8(out.stdout).expect("pg_dump prints UTF-8");
+    let mut text = format!(
+        "-- The ledger's catalog (schemas ops and record), generated from a migrated database by\n\
+         -- `{REGENERATE}`.\n\
+         -- Do not edit: change the schema with a migration. Each function is in its own file here.\n"
+    );
+    // Each object's block starts with a "--\n-- Name: …; Type: …" comment.
+    // pg_dump's `\restrict` lines carry a random key each run.
+    let dump: String = dump
+        .lines()
+        .filter(|l| !l.starts_with("\\restrict") && !l.starts_with("\\unrestrict"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dump = dump
+        .split("\n--\n-- PostgreSQL database dump complete")
+        .next()
+        .unwrap_or("");
+    for block in dump.split("\n--\n-- Name: ").skip(1) {
+        if block.contains("; Type: FUNCTION;") {
+            continue;
+        }
+        text.push_str("\n--\n-- Name: ");
+        text.push_str(block.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+/// The first line where `found` and `expected` differ, for a failure message a reader can act on.
+fn first_difference(found: &str, expected: &str) -> String {
+    let (f, e): (Vec<&str>, Vec<&str>) = (found.lines().collect(), expected.lines().collect());
+    let at = f
+        .iter()
+        .zip(&e)
+        .position(|(a, b)| a != b)
+        .unwrap_or(f.len().min(e.len()));
+    format!(
+        "line {}: the file has {:?}, a migrated database {:?}",
+        at + 1,
+        f.get(at).unwrap_or(&"(end)"),
+        e.get(at).unwrap_or(&"(end)")
+    )
+}
+
+/// The live SQL of the ledger, readable in one place: `src/ledger/live/<function>.sql` holds
+/// each function exactly as a migrated database runs it, and `catalog.sql` the tables, indexes,
+/// constraints and triggers. Both are generated from a migrated database and this test fails
+/// when they are stale, so the text a reader (and a planted mutation) sees is the text that
+/// runs. And every live statement reads time only through the ledger clock.
+#[tokio::test]
+async fn the_live_sql_is_what_a_migrated_database_runs() {
     let db = TestDb::new(1).await.expect("test db");
     let mut conn = db.pool.get().await.unwrap();
     let live: Vec<Function> = diesel::sql_query(
-        "SELECT p.proname::text AS name, p.prosrc AS body
+        "SELECT p.proname::text AS name, p.prosrc AS body, pg_get_functiondef(p.oid) AS def
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = 'ops' ORDER BY 1",
+          WHERE n.nspname IN ('ops', 'record') ORDER BY 1",
     )
     .load(&mut conn)
     .await
     .expect("introspect");
+    let mut expected: BTreeMap<String, String> = live
+        .iter()
+        .map(|f| {
+            (
+                format!("{}.sql", f.name),
+                format!(
+                    "-- ops.{}: generated from a migrated database by\n\
+                     -- `{REGENERATE}`.\n\
+                     -- Do not edit: change it with a migration that redefines it.\n{};\n",
+                    f.name,
+                    f.def.trim_end()
+                ),
+            )
+        })
+        .collect();
+    expected.insert("catalog.sql".into(), catalog(&db.url));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(LIVE_DIR);
+    if std::env::var_os("BRIEFRAIL_BLESS_SCHEMA").is_some() {
+        std::fs::create_dir_all(&dir).expect("create the live directory");
+        for e in std::fs::read_dir(&dir)
+            .expect("read the live directory")
+            .flatten()
+        {
+            if e.path().extension().is_some_and(|x| x == "sql") {
+                std::fs::remove_file(e.path()).expect("remove a stale file");
+            }
+        }
+        for (name, text) in &expected {
+            std::fs::write(dir.join(name), text).expect("write a live file");
+        }
+    }
+    let mut found = BTreeMap::new();
+    for e in std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{LIVE_DIR}: {e}; generate it: {REGENERATE}"))
+        .flatten()
+    {
+        if e.path().extension().is_some_and(|x| x == "sql") {
+            let name = e.file_name().to_string_lossy().into_owned();
+            found.insert(
+                name,
+                std::fs::read_to_string(e.path()).expect("read a live file"),
+            );
+        }
+    }
+    assert_eq!(
+        found.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "{LIVE_DIR} names other functions than a migrated database has. Regenerate: {REGENERATE}"
+    );
+    for (name, text) in &expected {
+        assert!(
+            &found[name] == text,
+            "{LIVE_DIR}/{name} is stale ({}): a migration changed what runs. Regenerate: {REGENERATE}",
+            first_difference(&found[name], text)
+        );
+    }
     let live: BTreeMap<&str, &str> = live
         .iter()
         .map(|f| (f.name.as_str(), f.body.as_str()))
         .collect();
-    assert_eq!(
-        live.keys().copied().collect::<Vec<_>>(),
-        in_file.keys().map(String::as_str).collect::<Vec<_>>(),
-        "the functions of schema ops in a migrated database and those the live homes define"
-    );
-    for (name, body) in &live {
-        assert_eq!(
-            *body,
-            in_file[*name].as_str(),
-            "ops.{name} runs a body other than the one in {}: a later migration \
-             redefined it; define it in full in a live home",
-            home[*name]
-        );
-    }
 
     // The ledger clock: only ops.now() and ops.clock() read the database clock.
     for (name, body) in &live {
@@ -348,4 +385,81 @@ fn rust_sql_reads_the_ledger_clock() {
         "SQL that reads the database clock instead of the ledger clock (ops.now()):\n  {}",
         offenders.join("\n  ")
     );
+}
+
+/// Every planted bug of `common::mutations` still finds the text it patches in the live SQL and
+/// applies to a migrated database (each is then shown to be caught by its killers, in the
+/// binaries that name them).
+#[tokio::test]
+async fn every_planted_bug_applies_to_the_live_sql() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new(1).await.expect("test db");
+    let mut c = db.connection().await.expect("connection");
+    for m in common::mutations::all() {
+        let sql = (m.sql)();
+        c.batch_execute(&format!("BEGIN; {sql}; ROLLBACK;"))
+            .await
+            .unwrap_or_else(|e| panic!("mutation {} does not apply: {e}", m.name));
+    }
+}
+
+/// Every migration runs up, then every one down (newest first), then up again, on an empty
+/// database, and the catalog it ends with is the one a database migrated once has: no `down.sql`
+/// that fails or leaves something behind, and none that a second `up` trips over.
+#[tokio::test]
+async fn every_migration_runs_up_down_and_up_again() {
+    use briefrail::db::admin;
+    use diesel::Connection;
+    use diesel_async::AsyncPgConnection;
+    use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+    use diesel_migrations::MigrationHarness;
+
+    let server = briefrail::testing::server_url();
+    let name = format!(
+        "br_updown_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let url = admin::with_database(&server, &name).expect("url");
+    admin::create_database_if_missing(&url)
+        .await
+        .expect("create an empty database");
+    let cycled = {
+        let url = url.clone();
+        std::thread::spawn(move || -> Result<(usize, usize, usize), String> {
+            let mut c = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
+                .map_err(|e| e.to_string())?;
+            use briefrail::db::migrate::MIGRATIONS as m;
+            let up = c
+                .run_pending_migrations(m)
+                .map_err(|e| format!("up: {e}"))?
+                .len();
+            let down = c
+                .revert_all_migrations(m)
+                .map_err(|e| format!("down: {e}"))?
+                .len();
+            let again = c
+                .run_pending_migrations(m)
+                .map_err(|e| format!("up again: {e}"))?
+                .len();
+            Ok((up, down, again))
+        })
+        .join()
+        .expect("the migration thread")
+    };
+    let outcome = match cycled {
+        Ok((up, down, again)) => {
+            assert!(
+                up > 0 && up == down && down == again,
+                "{up} up, {down} down, {again} up again"
+            );
+            let once = TestDb::new(1).await.expect("test db");
+            let (after_cycle, migrated_once) = (catalog(&url), catalog(&once.url));
+            (after_cycle == migrated_once)
+                .then_some(())
+                .ok_or_else(|| first_difference(&after_cycle, &migrated_once))
+        }
+        Err(e) => Err(e),
+    };
+    admin::drop_database(&server, &name).await.expect("drop");
+    outcome.unwrap_or_else(|e| panic!("migrations up, down, up: {e}"));
 }

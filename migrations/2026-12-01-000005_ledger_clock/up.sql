@@ -1,10 +1,6 @@
--- The ledger clock. THIS FILE IS THE LIVE HOME OF THE LEDGER'S SQL: every function in schema
--- `ops` is defined here in full, as it runs (CREATE OR REPLACE, same signatures as 000004), so a
--- reader finds every live statement in one place, without diffing migrations. Earlier
--- migrations hold history only (tables, indexes, triggers and what they replaced). A function
--- added or changed later must be defined in full here, or in a migration that takes this
--- promise over (and tests/schema_drift.rs with it): that test fails when a function of `ops`
--- runs without its exact definition in this file. docs/protocol.md describes each statement.
+-- The ledger clock. This migration once defined every function of schema `ops` in full;
+-- later migrations redefine many of them. The text that runs now is src/ledger/live/
+-- (generated from a migrated database, checked by tests/schema_drift.rs).
 --
 -- What changes from 000004 (issue "a way for tests to hand statements a time"):
 -- * ops.ledger_clock: one row at most, an offset in seconds added to the database clock. No row

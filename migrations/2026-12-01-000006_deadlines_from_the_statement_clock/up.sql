@@ -1,5 +1,5 @@
--- Deadlines from the statement's clock (fault catalogue row 15, "stale now()"). THIS FILE IS
--- THE LIVE HOME OF: ops.claim, ops.heartbeat. Every other function of schema `ops` lives in
+-- Deadlines from the statement's clock (fault catalogue row 15, "stale now()").
+-- It redefines (the live text: src/ledger/live/): ops.claim, ops.heartbeat. Every other function of schema `ops` lives in
 -- 000005_ledger_clock; tests/schema_drift.rs takes each function's last definition across the
 -- two and fails when the database runs any other body.
 --

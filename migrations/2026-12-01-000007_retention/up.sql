@@ -1,5 +1,5 @@
--- Retention: what the sweeper removes, in small batches, once no guarantee needs it. THIS FILE
--- IS THE LIVE HOME OF: ops.prune_events, ops.prune_runs, ops.prune_frames (docs/protocol.md,
+-- Retention: what the sweeper removes, in small batches, once no guarantee needs it.
+-- It redefines (the live text: src/ledger/live/): ops.prune_events, ops.prune_runs, ops.prune_frames (docs/protocol.md,
 -- "Retention"). Expand only: a new table and new functions beside the old; no statement a node
 -- of the previous release calls changes, so this migration is applied while those nodes run
 -- (README, "Upgrading").

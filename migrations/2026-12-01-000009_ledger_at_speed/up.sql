@@ -1,4 +1,4 @@
--- The ledger at speed. THIS FILE IS THE LIVE HOME OF: ops.apply_events, ops.drain_outbox,
+-- The ledger at speed. It redefines (the live text: src/ledger/live/): ops.apply_events, ops.drain_outbox,
 -- ops.commit_frame, ops.now, ops.clock, ops.cluster_id, ops.is_archived, ops.snapshot_covers, ops.demand,
 -- ops.claim, ops.record_lost_claim, ops.heartbeat, ops.commit_claim, ops.start_lease
 -- (docs/protocol.md, "The trigger", "commit" and "Speed"). Expand only: three new functions, and

@@ -1,4 +1,4 @@
--- The operator console. THIS FILE IS THE LIVE HOME OF: ops.release_claim
+-- The operator console. It redefines (the live text: src/ledger/live/): ops.release_claim
 -- (docs/protocol.md, "release" and "What an operator sees"). Expand only: two new tables, one
 -- new run outcome, and ops.release_claim redefined with the same signature, so a node of the
 -- previous release keeps working across it (README, "Upgrading": the function is the

@@ -1,4 +1,4 @@
--- Claims and commits in batches. THIS FILE IS THE LIVE HOME OF: ops.claim_batch,
+-- Claims and commits in batches. It redefines (the live text: src/ledger/live/): ops.claim_batch,
 -- ops.commit_frames, ops.clock_offset, ops.now, ops.clock, ops.drain_outbox (docs/protocol.md,
 -- "Speed: batches"). Expand only: three new functions, and three redefined with the same
 -- signature and the same answers, so a node of the previous release keeps working across it.

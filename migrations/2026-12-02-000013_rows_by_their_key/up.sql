@@ -1,4 +1,4 @@
--- Rows by their key. THIS FILE IS THE LIVE HOME OF: ops.claim, ops.record_lost_claim,
+-- Rows by their key. It redefines (the live text: src/ledger/live/): ops.claim, ops.record_lost_claim,
 -- ops.heartbeat, ops.commit_claim, ops.start_lease, ops.fail_claim, ops.release_claim
 -- (docs/protocol.md, "Speed: plans by key"). Expand only: seven functions redefined with the same signature, the same rows changed and the
 -- same answers, so a node of the previous release keeps working across it.

@@ -1,4 +1,4 @@
--- The ledger clock, in line. THIS FILE IS THE LIVE HOME OF: ops.now, ops.clock
+-- The ledger clock, in line. It redefines (the live text: src/ledger/live/): ops.now, ops.clock
 -- (docs/protocol.md, "The ledger clock"). Expand only: the same two functions, the same
 -- signatures and the same answers, so a node of the previous release keeps working across it.
 --

@@ -1,4 +1,4 @@
--- The debounce counts from the record. THIS FILE IS THE LIVE HOME OF: ops.drain_outbox
+-- The debounce counts from the record. It redefines (the live text: src/ledger/live/): ops.drain_outbox
 -- (docs/protocol.md, "The trigger"). Expand only: the same arguments and the same columns in the
 -- same order, one more at the end, so a node of the previous release (which names its columns)
 -- keeps working across it.

@@ -1,4 +1,4 @@
--- Batches in one statement. THIS FILE IS THE LIVE HOME OF: ops.claim_batch, ops.claim,
+-- Batches in one statement. It redefines (the live text: src/ledger/live/): ops.claim_batch, ops.claim,
 -- ops.commit_claims, ops.commit_claim, ops.commit_frames (docs/protocol.md, "Speed: batches").
 -- Expand only: one new function (ops.commit_claims) and four redefined with the same signature,
 -- the same rows changed and the same answers, so a node of the previous release keeps working

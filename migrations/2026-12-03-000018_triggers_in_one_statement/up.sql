@@ -1,4 +1,4 @@
--- Triggers in one statement. THIS FILE IS THE LIVE HOME OF: ops.demands, ops.demand,
+-- Triggers in one statement. It redefines (the live text: src/ledger/live/): ops.demands, ops.demand,
 -- ops.apply_events (docs/protocol.md, "Speed: batches"). Expand only: one new function
 -- (ops.demands) and two redefined with the same signature, the same rows changed and the same
 -- answers, so a node of the previous release keeps working across it.

@@ -1,4 +1,4 @@
--- The relay's and the trigger's outbox statements as functions. THIS FILE IS THE LIVE HOME OF:
+-- The relay's and the trigger's outbox statements as functions. It redefines (the live text: src/ledger/live/):
 -- ops.lease_events, ops.mark_published, ops.events_aged (docs/protocol.md, "Speed:
 -- statements"). Expand only: three new functions doing what the node's own SQL did (the same
 -- rows changed, the same answers), so a node of the previous release, which still sends that

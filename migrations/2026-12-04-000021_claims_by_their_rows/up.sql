@@ -1,4 +1,4 @@
--- Claims by their rows. THIS FILE IS THE LIVE HOME OF: ops.claim_batch (docs/protocol.md,
+-- Claims by their rows. It redefines (the live text: src/ledger/live/): ops.claim_batch (docs/protocol.md,
 -- "Speed: batches"). Expand only: the same signature, the same rows changed and the same
 -- answers, so a node of the previous release keeps working across it.
 --

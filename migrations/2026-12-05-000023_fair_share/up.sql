@@ -1,4 +1,4 @@
--- Fair share. THIS FILE IS THE LIVE HOME OF: ops.fair_pick, ops.events_aged, ops.drain_outbox
+-- Fair share. It redefines (the live text: src/ledger/live/): ops.fair_pick, ops.events_aged, ops.drain_outbox
 -- (docs/protocol.md, "Who is served next").
 --
 -- The rail served demands in the order their nudges reached a node, whoever they belonged to

@@ -1,4 +1,4 @@
--- Limits toward the builder. THIS FILE IS THE LIVE HOME OF: ops.take_permit, ops.hold_builder
+-- Limits toward the builder. It redefines (the live text: src/ledger/live/): ops.take_permit, ops.hold_builder
 -- (docs/protocol.md, "Limits toward the builder").
 --
 -- A model endpoint has a concurrency and a rate it accepts; a fleet of nodes that each count

@@ -264,8 +264,8 @@ struct AppliedEvent {
     requested_generation: Option<i64>,
 }
 
-/// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`, its
-/// live home `migrations/…000018_triggers_in_one_statement`): for each, the inbox row
+/// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`,
+/// `src/ledger/live/apply_events.sql`): for each, the inbox row
 /// `(consumer, event_id)`, the gates, the demand (all of a batch's demands judged and written
 /// together by `ops.demands`). One result per row, in their order. Call
 /// inside a transaction (the demands' row locks are held until it commits).

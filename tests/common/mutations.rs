@@ -1,12 +1,7 @@
-//! Mutation controls for the real ledger: named, deliberate bugs in the live SQL
-//! (each function's live home: `migrations/…000005_ledger_clock/up.sql`, or `…000007` for
-//! retention's `ops.prune_*`, `…000009` for `ops.commit_frame`, `…000013` for the lost claim,
-//! heartbeat, follow-up lease, failure and release, `…000014` for `ops.now` and `ops.clock`,
-//! `…000017` for the commit's compare-and-swap, `…000018` for the demand and the trigger,
-//! `…000021` for the claim, each written once for a batch, `…000023` for the fair pick, `…000024`
-//! for the limits toward the builder), and
-//! the guarantee tests that must fail under each, the way the model check's negative controls
-//! must find a counterexample.
+//! Mutation controls for the real ledger: named, deliberate bugs in the live SQL (each
+//! function's text as a migrated database runs it: `src/ledger/live/<function>.sql`, generated
+//! and checked by `tests/schema_drift.rs`), and the guarantee tests that must fail under each,
+//! the way the model check's negative controls must find a counterexample.
 //!
 //! A mutation is SQL run on every database [`briefrail::testing::TestDb::new`] creates while
 //! [`briefrail::testing::MUTATION_ENV`] holds it: usually a transition function redefined from
@@ -30,37 +25,17 @@ pub struct Mutation {
     pub killers: &'static [&'static str],
 }
 
-/// The live homes, newest first: a function's live text is its definition in the first that
-/// has one (`tests/schema_drift.rs` holds the same order).
-const LIVE_HOMES: [&str; 15] = [
-    "migrations/2026-12-05-000024_build_limits/up.sql",
-    "migrations/2026-12-05-000023_fair_share/up.sql",
-    "migrations/2026-12-04-000021_claims_by_their_rows/up.sql",
-    "migrations/2026-12-03-000020_outbox_statements_by_key/up.sql",
-    "migrations/2026-12-03-000018_triggers_in_one_statement/up.sql",
-    "migrations/2026-12-03-000017_batches_in_one_statement/up.sql",
-    "migrations/2026-12-02-000015_debounce_from_the_record/up.sql",
-    "migrations/2026-12-02-000014_clock_in_line/up.sql",
-    "migrations/2026-12-02-000013_rows_by_their_key/up.sql",
-    "migrations/2026-12-02-000011_batched_claims_and_commits/up.sql",
-    "migrations/2026-12-01-000010_operator_console/up.sql",
-    "migrations/2026-12-01-000009_ledger_at_speed/up.sql",
-    "migrations/2026-12-01-000007_retention/up.sql",
-    "migrations/2026-12-01-000006_deadlines_from_the_statement_clock/up.sql",
-    "migrations/2026-12-01-000005_ledger_clock/up.sql",
-];
-
+/// The live text of `ops.<function>`, as `tests/schema_drift.rs` generated it.
 fn live_sql(function: &str) -> String {
-    let head = format!("CREATE OR REPLACE FUNCTION ops.{function}(");
-    for home in LIVE_HOMES {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(home);
-        let sql =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        if sql.contains(&head) {
-            return sql;
-        }
-    }
-    panic!("no live home defines ops.{function}")
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/ledger/live")
+        .join(format!("{function}.sql"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: no live text of ops.{function} (BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift generates it)",
+            path.display()
+        )
+    })
 }
 
 /// The live definition of `ops.<function>` (a `CREATE OR REPLACE`), each `(from, to)` replaced
@@ -71,11 +46,7 @@ pub fn patched(function: &str, edits: &[(&str, &str)]) -> String {
     let start = sql
         .find(&head)
         .unwrap_or_else(|| panic!("no live definition of ops.{function}"));
-    let body_end = sql[start..]
-        .find("\n$$;")
-        .map(|i| start + i + "\n$$;".len())
-        .unwrap_or_else(|| panic!("ops.{function} has no closing $$;"));
-    let mut def = sql[start..body_end].to_owned();
+    let mut def = sql[start..].trim_end().to_owned();
     for (from, to) in edits {
         let n = def.matches(from).count();
         assert_eq!(
@@ -399,10 +370,7 @@ pub fn all() -> Vec<Mutation> {
                 patched(
                     "commit_claims",
                     &[
-                        (
-                            "SET enable_seqscan = off SET enable_indexscan = off SET jit = off",
-                            "SET enable_seqscan = off SET jit = off",
-                        ),
+                        (" SET enable_indexscan TO 'off'\n", ""),
                         ("WHERE j.ctid = ANY (v_rows)\n           AND ", "WHERE "),
                     ],
                 )

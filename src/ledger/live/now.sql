@@ -1,0 +1,12 @@
+-- ops.now: generated from a migrated database by
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- Do not edit: change it with a migration that redefines it.
+CREATE OR REPLACE FUNCTION ops.now()
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE COST 1
+AS $function$
+    SELECT now() + make_interval(secs => coalesce(
+        nullif(current_setting('briefrail.clock_offset', true), '')::double precision,
+        ops.clock_offset()))
+$function$;
