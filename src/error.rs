@@ -256,19 +256,6 @@ impl Error {
     }
 }
 
-impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Error {
-    /// A timed-out checkout names the last connection error as its cause
-    /// ([`crate::db::pool::timed_out`]).
-    fn from(e: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
-        match e {
-            bb8::RunError::TimedOut => {
-                Error::Connection(Redacted::message(crate::db::pool::timed_out()))
-            }
-            e => Error::connection(e),
-        }
-    }
-}
-
 #[cfg(feature = "amqp")]
 impl From<lapin::Error> for Error {
     fn from(e: lapin::Error) -> Self {

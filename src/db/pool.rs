@@ -31,7 +31,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use futures_util::FutureExt;
 
 use crate::config::DatabaseSettings;
-use crate::error::Result;
+use crate::error::{Error, Redacted, Result};
 use crate::secret::{SecretUrl, redact_urls};
 
 pub type Pool = bb8::Pool<Manager>;
@@ -164,6 +164,18 @@ pub fn timed_out() -> String {
     match cause {
         Some((_, cause)) => format!("Timed out in bb8; last connection error: {cause}"),
         None => "Timed out in bb8".to_owned(),
+    }
+}
+
+impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Error {
+    /// A timed-out checkout names the last connection error as its cause
+    /// ([`timed_out`]); it lives here, beside the cause it names, so the
+    /// error type needs nothing of the pool.
+    fn from(e: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
+        match e {
+            bb8::RunError::TimedOut => Error::Connection(Redacted::message(timed_out())),
+            e => Error::connection(e),
+        }
     }
 }
 
