@@ -56,8 +56,8 @@ struct MattersQuery {
     q: Option<String>,
     state: Option<String>,
     firm: Option<String>,
-    page: Option<i64>,
-    per_page: Option<i64>,
+    page: Option<String>,
+    per_page: Option<String>,
 }
 
 /// `GET /api/dead-letters`'s query: the dead letters page's filter and a page.
@@ -67,8 +67,8 @@ struct DeadQuery {
     reason: Option<String>,
     routing_key: Option<String>,
     all: Option<String>,
-    page: Option<i64>,
-    per_page: Option<i64>,
+    page: Option<String>,
+    per_page: Option<String>,
 }
 
 /// The most rows a list answers at once.
@@ -76,14 +76,14 @@ const MAX_PER_PAGE: i64 = 500;
 
 /// A list's page: `?page=` (from 1) and `?per_page=` (1 to [`MAX_PER_PAGE`], 50 by default):
 /// (page, per page, offset).
-fn paging(page: Option<i64>, per_page: Option<i64>) -> Result<(i64, i64, i64)> {
-    let per = per_page.unwrap_or(50);
+fn paging(page: Option<&str>, per_page: Option<&str>) -> Result<(i64, i64, i64)> {
+    let per = selection::number("per_page", per_page)?.unwrap_or(50);
     if !(1..=MAX_PER_PAGE).contains(&per) {
         return Err(Error::InvalidInput(format!(
             "per_page {per} is out of range: 1 to {MAX_PER_PAGE}"
         )));
     }
-    let (page, offset) = page_of(page, per);
+    let (page, offset) = page_of(page, per)?;
     Ok((page, per, offset))
 }
 
@@ -117,7 +117,7 @@ async fn matters(
     let max = state.settings.retry.max_attempts;
     answer(
         async {
-            let (page, per, offset) = paging(query.page, query.per_page)?;
+            let (page, per, offset) = paging(query.page.as_deref(), query.per_page.as_deref())?;
             let filter = MatterFilter {
                 q: query.q.clone(),
                 state: query.state.clone(),
@@ -269,7 +269,7 @@ async fn dead(
     }
     answer(
         async {
-            let (page, per, offset) = paging(query.page, query.per_page)?;
+            let (page, per, offset) = paging(query.page.as_deref(), query.per_page.as_deref())?;
             let f = DeadLetterFilter {
                 reason: query.reason.clone(),
                 routing_key: query.routing_key.clone(),

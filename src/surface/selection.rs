@@ -116,11 +116,24 @@ pub fn matter_key(what: &str, s: &str) -> Result<(Uuid, Uuid)> {
     ))
 }
 
+/// A whole number an operator gave as `name` (`?page=`, `?per_page=`), or an error naming it.
+pub fn number(name: &str, given: Option<&str>) -> Result<Option<i64>> {
+    match given.map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => s.parse().map(Some).map_err(|_| {
+            Error::InvalidInput(format!(
+                "{name} {:?} is not a whole number",
+                crate::text::clip(s, 40)
+            ))
+        }),
+    }
+}
+
 /// Which page of `size` rows `?page=` asks for (1 when absent), and its offset. Clamped: a huge
 /// page number must not overflow the offset.
-pub fn page_of(page: Option<i64>, size: i64) -> (i64, i64) {
-    let page = page.unwrap_or(1).clamp(1, 1_000_000);
-    (page, (page - 1) * size)
+pub fn page_of(page: Option<&str>, size: i64) -> Result<(i64, i64)> {
+    let page = number("page", page)?.unwrap_or(1).clamp(1, 1_000_000);
+    Ok((page, (page - 1) * size))
 }
 
 #[cfg(test)]
@@ -150,7 +163,9 @@ mod tests {
             ..Default::default()
         };
         assert!(d.ledger().is_err());
-        assert_eq!(page_of(Some(-3), 50), (1, 0));
-        assert_eq!(page_of(Some(3), 50), (3, 100));
+        assert_eq!(page_of(Some("-3"), 50).unwrap(), (1, 0));
+        assert_eq!(page_of(Some("3"), 50).unwrap(), (3, 100));
+        let e = page_of(Some("abc"), 50).unwrap_err().to_string();
+        assert!(e.contains("page \"abc\" is not a whole number"), "{e}");
     }
 }

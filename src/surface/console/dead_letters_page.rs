@@ -48,7 +48,7 @@ pub struct DeadQuery {
     reason: Option<String>,
     routing_key: Option<String>,
     all: Option<String>,
-    page: Option<i64>,
+    page: Option<String>,
     notice: Option<String>,
     #[serde(rename = "ref")]
     reference: Option<String>,
@@ -65,7 +65,10 @@ pub async fn dead_letters_page(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let (page_no, offset) = page_of(query.page, PAGE_SIZE);
+    let (page_no, offset) = match page_of(query.page.as_deref(), PAGE_SIZE) {
+        Ok(p) => p,
+        Err(e) => return failure(&e),
+    };
     let filter = DeadLetterFilter {
         reason: query.reason.clone(),
         routing_key: query.routing_key.clone(),

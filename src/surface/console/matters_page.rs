@@ -20,7 +20,7 @@ pub struct MattersQuery {
     q: Option<String>,
     state: Option<String>,
     firm: Option<String>,
-    page: Option<i64>,
+    page: Option<String>,
 }
 
 pub struct MatterLine {
@@ -69,7 +69,10 @@ pub async fn matters(
         state: q.state.clone(),
         firm: q.firm.clone(),
     };
-    let (page_no, offset) = page_of(q.page, PAGE_SIZE);
+    let (page_no, offset) = match page_of(q.page.as_deref(), PAGE_SIZE) {
+        Ok(p) => p,
+        Err(e) => return failure(&e),
+    };
     let max = max_attempts(&state);
     let result = async {
         let mut c = conn(&state).await?;
