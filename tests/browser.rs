@@ -326,8 +326,9 @@ async fn matter(db: &TestDb, firm: Uuid, title: &str, docs: &[(&str, &str, &str)
     m
 }
 
-#[actix_rt::test]
-async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
+/// A node `id` on a fresh ledger, its console on a port of its own, building with the
+/// [`common::flaky::Flaky`] builder, matters named "Poisoned…" failing while the flag is set.
+async fn flaky_node(id: &str) -> (TestDb, Node, String, Arc<AtomicBool>) {
     let db = TestDb::new(8).await.unwrap();
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
@@ -337,7 +338,7 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     s.http.token = TOKEN.into();
     s.relay.poll_ms = 50;
     s.sweeper.interval_seconds = 0.2;
-    s.node.id = "node-a".into();
+    s.node.id = id.into();
     let poisoned = Arc::new(AtomicBool::new(true));
     let node = Node::builder(
         Arc::new(s),
@@ -351,6 +352,12 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     .await
     .unwrap();
     let base = format!("http://{}", node.surface_addr().unwrap());
+    (db, node, base, poisoned)
+}
+
+#[actix_rt::test]
+async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
+    let (db, node, base, poisoned) = flaky_node("node-a").await;
     let firm = Uuid::new_v4();
     let acme = matter(
         &db,
@@ -623,29 +630,7 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
 /// and watches the exhausted filter's count fall as their Briefs land; the third stays.
 #[actix_rt::test]
 async fn an_operator_retries_two_exhausted_matters_at_once() {
-    let db = TestDb::new(8).await.unwrap();
-    let mut s = Settings::defaults();
-    s.database.url = SecretUrl::new(db.url.clone());
-    s.transport.kind = TransportKind::Postgres;
-    s.trigger.debounce_ms = 5;
-    s.http.bind = "127.0.0.1:0".into();
-    s.http.token = TOKEN.into();
-    s.relay.poll_ms = 50;
-    s.sweeper.interval_seconds = 0.2;
-    s.node.id = "node-bulk".into();
-    let poisoned = Arc::new(AtomicBool::new(true));
-    let node = Node::builder(
-        Arc::new(s),
-        Arc::new(common::flaky::Flaky {
-            poisoned: poisoned.clone(),
-        }),
-    )
-    .pool(db.pool.clone())
-    .surface(briefrail::surface::http::admin())
-    .start()
-    .await
-    .unwrap();
-    let base = format!("http://{}", node.surface_addr().unwrap());
+    let (db, node, base, poisoned) = flaky_node("node-bulk").await;
     let firm = Uuid::new_v4();
     let mut stuck = Vec::new();
     for title in ["Poisoned A v. X", "Poisoned B v. X", "Poisoned C v. X"] {
