@@ -1356,6 +1356,8 @@ async fn a_firm_has_a_page_by_id_and_by_name_and_an_unknown_one_is_a_styled_404(
         matters.contains(&format!("href=\"/firms/{firm}\"")),
         "{matters}"
     );
+    let (_, one) = get(base, &cookie, &format!("/firms/{firm}/matters/{stuck}")).await;
+    assert!(one.contains(&format!("href=\"/firms/{firm}\"")), "{one}");
     for unknown in [
         "/firms/Globex%20Partners",
         &format!("/firms/{}", Uuid::new_v4()),
