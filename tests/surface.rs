@@ -670,7 +670,7 @@ async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
     let (status, e) = post(format!("/api/matters/{firm}/{}/retry", Uuid::new_v4())).await;
     assert_eq!(status, 404, "{e}");
     let (status, v) = post(format!("/api/matters/{firm}/{stuck}/retry")).await;
-    assert_eq!(status, 200, "{v}");
+    assert_eq!(status, 202, "{v}");
     assert!(v["event_id"].as_str().is_some(), "{v}");
     node.shutdown().await;
 }

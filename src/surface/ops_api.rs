@@ -6,7 +6,7 @@
 //! | route | what |
 //! | --- | --- |
 //! | `GET /api/matters?q=&state=&firm=&page=&per_page=` | `{matters, total, page, per_page, more}` |
-//! | `POST /api/matters/{firm}/{matter}/retry` | one matter failing or out of retries: `{event_id}`; 409 with nothing to retry |
+//! | `POST /api/matters/{firm}/{matter}/retry` | one matter failing or out of retries: 202 `{event_id}`; 409 with nothing to retry |
 //! | `POST /api/matters/retry` | `{"matters": [{"firm", "matter"}...]}` or `{"filter": {q?, state?, firm?}}`, `limit?`: `{retried, skipped, cap, more, events}` |
 //! | `GET /api/dead-letters?reason=&routing_key=&all=&page=&per_page=` | `{dead_letters, total, page, per_page, more}` |
 //! | `POST /api/dead-letters/discard` | `{"ids": [...]}` or `{"filter": {reason?, routing_key?}}`, `limit?`: `{discarded, skipped, cap, more}` |
@@ -152,18 +152,20 @@ async fn retry_one(
     if !authorized(&req, &state) {
         return unauthorized();
     }
-    answer(
-        async {
-            let firm = selection::uuid("firm", &path.0)?;
-            let matter = selection::uuid("matter", &path.1)?;
-            let mut c = state.pool.get().await?;
-            let event =
-                console::retry(&mut c, firm, matter, state.settings.retry.max_attempts).await?;
-            tracing::info!(%firm, %matter, %event, "api: retry recorded");
-            Ok(json!({"firm_id": firm, "matter_id": matter, "event_id": event}))
-        }
-        .await,
-    )
+    let result = async {
+        let firm = selection::uuid("firm", &path.0)?;
+        let matter = selection::uuid("matter", &path.1)?;
+        let mut c = state.pool.get().await?;
+        let event = console::retry(&mut c, firm, matter, state.settings.retry.max_attempts).await?;
+        tracing::info!(%firm, %matter, %event, "api: retry recorded");
+        Ok::<_, Error>(json!({"firm_id": firm, "matter_id": matter, "event_id": event}))
+    }
+    .await;
+    // Accepted, like a Brief request: a demand is recorded, the build follows.
+    match result {
+        Ok(v) => HttpResponse::Accepted().json(v),
+        Err(e) => error_response(&e),
+    }
 }
 
 /// What `POST /api/matters/retry` takes.
