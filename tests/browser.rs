@@ -326,8 +326,9 @@ async fn matter(db: &TestDb, firm: Uuid, title: &str, docs: &[(&str, &str, &str)
     m
 }
 
-#[actix_rt::test]
-async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
+/// A node `id` on a fresh ledger, its console on a port of its own, building with the
+/// [`common::flaky::Flaky`] builder, matters named "Poisoned…" failing while the flag is set.
+async fn flaky_node(id: &str) -> (TestDb, Node, String, Arc<AtomicBool>) {
     let db = TestDb::new(8).await.unwrap();
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
@@ -337,7 +338,7 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     s.http.token = TOKEN.into();
     s.relay.poll_ms = 50;
     s.sweeper.interval_seconds = 0.2;
-    s.node.id = "node-a".into();
+    s.node.id = id.into();
     let poisoned = Arc::new(AtomicBool::new(true));
     let node = Node::builder(
         Arc::new(s),
@@ -351,6 +352,12 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     .await
     .unwrap();
     let base = format!("http://{}", node.surface_addr().unwrap());
+    (db, node, base, poisoned)
+}
+
+#[actix_rt::test]
+async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
+    let (db, node, base, poisoned) = flaky_node("node-a").await;
     let firm = Uuid::new_v4();
     let acme = matter(
         &db,
@@ -615,6 +622,83 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
         .unwrap();
     assert_eq!(named, paused_firm);
     drop(c);
+    b.close().await;
+    node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+/// The bulk retry: an operator ticks two matters out of retries, presses **Retry selected**,
+/// and watches the exhausted filter's count fall as their Briefs land; the third stays.
+#[actix_rt::test]
+async fn an_operator_retries_two_exhausted_matters_at_once() {
+    let (db, node, base, poisoned) = flaky_node("node-bulk").await;
+    let firm = Uuid::new_v4();
+    let mut stuck = Vec::new();
+    for title in ["Poisoned A v. X", "Poisoned B v. X", "Poisoned C v. X"] {
+        stuck.push(matter(&db, firm, title, &[("Memo", "2024-05-01", "A memo.")]).await);
+    }
+    let state = |m: Uuid| {
+        let db = &db;
+        async move {
+            let mut c = db.pool.get().await.unwrap();
+            briefrail::ledger::console::state_of(&mut c, firm, m, 5)
+                .await
+                .unwrap()
+        }
+    };
+    use briefrail::ledger::console::MatterState::{Fresh, RetriesExhausted};
+    common::eventually(
+        Duration::from_secs(20),
+        "three matters out of retries",
+        || async {
+            for m in &stuck {
+                if state(*m).await != Some(RetriesExhausted) {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+
+    let driver = driver().await;
+    let b = Browser::open(&driver).await;
+    b.go(&format!(
+        "{base}/login?next=/matters%3Fstate%3Dretries_exhausted"
+    ))
+    .await;
+    b.type_into("#token", TOKEN).await;
+    b.click("button[type=submit]").await;
+    b.wait_url("the exhausted filter", |u| {
+        u.contains("state=retries_exhausted")
+    })
+    .await;
+    b.wait_text("#range", "three matters", |t| t == "1–3 of 3")
+        .await;
+    poisoned.store(false, Ordering::SeqCst);
+    for m in &stuck[..2] {
+        b.click(&format!("input[type=checkbox][value='{firm}:{m}']"))
+            .await;
+    }
+    b.click("#retry-selected").await;
+    b.wait_url("the page after Retry selected", |u| {
+        u.contains("done=retried")
+    })
+    .await;
+    b.wait_text(".notice", "what it did", |t| {
+        t.contains("Retried 2 matter(s)")
+    })
+    .await;
+    // The live refresh shows them leave the filter once their Briefs land.
+    b.wait_text("#range", "one matter left", |t| t == "1–1 of 1")
+        .await;
+    let left = b.text("table.matters").await;
+    assert!(
+        left.contains("Poisoned C v. X") && !left.contains("Poisoned A v. X"),
+        "{left}"
+    );
+    assert_eq!(state(stuck[0]).await, Some(Fresh));
+    assert_eq!(state(stuck[1]).await, Some(Fresh));
+    assert_eq!(state(stuck[2]).await, Some(RetriesExhausted));
     b.close().await;
     node.shutdown_within(Duration::from_secs(2)).await;
 }

@@ -958,3 +958,436 @@ async fn a_token_change_revokes_every_session_opened_under_the_old_one() {
     assert!(all_served(&seen), "the new token's session: {seen:?}");
     node.shutdown_within(Duration::from_secs(2)).await;
 }
+
+/// A form posted with the session's cookie and CSRF token; the answer's status, `Location` and
+/// body.
+async fn post_form(
+    base: &str,
+    cookie: &str,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> (u16, String, String) {
+    let mut r = client()
+        .post(format!("{base}{path}"))
+        .insert_header(("cookie", cookie.to_owned()))
+        .send_form(&fields)
+        .await
+        .unwrap();
+    let to = header(&r, "location");
+    (r.status().as_u16(), to, body(&mut r).await)
+}
+
+/// A bulk form with nothing ticked: 422, the styled page saying `says`.
+async fn nothing_ticked_is_refused(base: &str, cookie: &str, csrf: &str, path: &str, says: &str) {
+    let (status, _, page) =
+        post_form(base, cookie, path, &[("csrf", csrf), ("scope", "selected")]).await;
+    assert_eq!(status, 422, "{path}");
+    assert!(
+        page.contains(says) && page.contains("/assets/console.css"),
+        "{path}: {page}"
+    );
+}
+
+/// A JSON body posted with the bearer token (or none): status and answer.
+async fn post_json(
+    base: &str,
+    token: Option<&str>,
+    path: &str,
+    json: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let mut req = client().post(format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.insert_header(("authorization", format!("Bearer {t}")));
+    }
+    let mut r = req.send_json(json).await.unwrap();
+    let status = r.status().as_u16();
+    let text = body(&mut r).await;
+    let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, v)
+}
+
+/// The "N–M of T" a list page shows.
+fn range_of(page: &str) -> String {
+    let at = page
+        .find("<span id=\"range\">")
+        .unwrap_or_else(|| panic!("no range on the page: {page}"));
+    let rest = &page[at + "<span id=\"range\">".len()..];
+    rest[..rest.find('<').unwrap()].to_owned()
+}
+
+#[actix_rt::test]
+async fn bulk_retry_retries_only_exhausted_matters_and_respects_its_cap() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let acme = matter_with_documents(&c.db, firm, "Acme v. Globex", &[]).await;
+    let mut stuck = Vec::new();
+    for title in ["Poisoned A v. X", "Poisoned B v. X", "Poisoned C v. X"] {
+        stuck.push(matter_with_documents(&c.db, firm, title, &[("Memo", "2024-05-01")]).await);
+    }
+    wait_state(&c.db, firm, acme, MatterState::Fresh).await;
+    for m in &stuck {
+        wait_state(&c.db, firm, *m, MatterState::RetriesExhausted).await;
+    }
+    let (cookie, _) = log_in(base).await;
+    let (_, list) = get(base, &cookie, "/matters?state=retries_exhausted").await;
+    assert_eq!(range_of(&list), "1–3 of 3", "{list}");
+    assert_eq!(
+        list.matches("type=\"checkbox\" name=\"m\"").count(),
+        3,
+        "a box on each exhausted row: {list}"
+    );
+    let csrf = csrf_of(&list);
+
+    // The API: the token, then a body that names something, within the cap, with real ids.
+    let (status, _) = post_json(base, None, "/api/matters/retry", &serde_json::json!({})).await;
+    assert_eq!(status, 401, "no token");
+    let too_many: Vec<_> = (0..1001)
+        .map(|_| serde_json::json!({"firm": firm, "matter": Uuid::new_v4()}))
+        .collect();
+    for (body, named) in [
+        (serde_json::json!({}), "names no matters to retry"),
+        (
+            serde_json::json!({"matters": []}),
+            "the list of matters is empty",
+        ),
+        (
+            serde_json::json!({"matters": [{"firm": "acme", "matter": acme}]}),
+            "matters[0].firm \"acme\" is not a UUID",
+        ),
+        (
+            serde_json::json!({"matters": too_many}),
+            "1001 matters named: at most 1000",
+        ),
+        (
+            serde_json::json!({"filter": {"state": "stuck"}}),
+            "state \"stuck\" is not one of",
+        ),
+        (serde_json::json!({"filter": {}, "limit": 0}), "limit 0"),
+        (serde_json::json!({"filter": {"colour": "red"}}), "colour"),
+    ] {
+        let (status, e) = post_json(base, Some(TOKEN), "/api/matters/retry", &body).await;
+        assert_eq!(status, 422, "{e}");
+        assert!(
+            e["error"].as_str().is_some_and(|t| t.contains(named)),
+            "{named}: {e}"
+        );
+    }
+    let acme_events = count_events(&c.db, acme).await;
+
+    // The cause fixed: all of the firm's matching matters, two at most. The fresh one is
+    // skipped, untouched; one exhausted matter is left for the next call.
+    c.poisoned.store(false, Ordering::SeqCst);
+    let (status, r) = post_json(
+        base,
+        Some(TOKEN),
+        "/api/matters/retry",
+        &serde_json::json!({"filter": {"firm": firm.to_string()}, "limit": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        (&r["retried"], &r["skipped"], &r["cap"], &r["more"]),
+        (
+            &serde_json::json!(2),
+            &serde_json::json!(1),
+            &serde_json::json!(2),
+            &serde_json::json!(true)
+        ),
+        "{r}"
+    );
+    assert_eq!(
+        count_events(&c.db, acme).await,
+        acme_events,
+        "acme untouched"
+    );
+    wait_state(&c.db, firm, stuck[0], MatterState::Fresh).await;
+    wait_state(&c.db, firm, stuck[1], MatterState::Fresh).await;
+    assert_eq!(
+        state(&c.db, firm, stuck[2]).await,
+        MatterState::RetriesExhausted
+    );
+
+    // The console: nothing ticked is refused, naming it; the two ticked are retried or skipped.
+    nothing_ticked_is_refused(
+        base,
+        &cookie,
+        &csrf,
+        "/matters/retry",
+        "no matter is selected",
+    )
+    .await;
+    let (status, _, _) = post_form(
+        base,
+        &cookie,
+        "/matters/retry",
+        &[("csrf", "wrong"), ("scope", "filter")],
+    )
+    .await;
+    assert_eq!(status, 403, "the CSRF token is checked");
+    let (keep, retry) = (format!("{firm}:{acme}"), format!("{firm}:{}", stuck[2]));
+    let (status, to, _) = post_form(
+        base,
+        &cookie,
+        "/matters/retry",
+        &[
+            ("csrf", &csrf),
+            ("scope", "selected"),
+            ("state", "retries_exhausted"),
+            ("m", &keep),
+            ("m", &retry),
+        ],
+    )
+    .await;
+    assert_eq!(status, 303);
+    assert!(
+        to.starts_with("/matters?") && to.contains("state=retries_exhausted"),
+        "back to the same filter: {to}"
+    );
+    let (_, page) = get(base, &cookie, &to).await;
+    assert!(
+        page.contains("Retried 1 matter(s)") && page.contains("Skipped 1"),
+        "{page}"
+    );
+    wait_state(&c.db, firm, stuck[2], MatterState::Fresh).await;
+    assert_eq!(
+        count_events(&c.db, acme).await,
+        acme_events,
+        "acme untouched"
+    );
+    let (_, list) = get(base, &cookie, "/matters?state=retries_exhausted").await;
+    assert_eq!(range_of(&list), "0 of 0", "{list}");
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+#[actix_rt::test]
+async fn dead_letters_are_filtered_counted_and_discarded_in_bulk() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let mut conn = c.db.pool.get().await.unwrap();
+    let mut record = async |reason: &str, key: &str| {
+        dead_letters::record(
+            &mut conn,
+            &dead_letters::Refusal {
+                consumer: briefrail::ledger::inbox::BRIEF_RAIL,
+                event_id: None,
+                routing_key: key,
+                body: b"{}",
+                traceparent: None,
+                reason,
+                node_id: "amqp-node",
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let nudge_a = record("not a nudge: missing field", "brief.requested").await;
+    let nudge_b = record("not a nudge: invalid type", "brief.requested").await;
+    let foreign = record("event is not in the ledger's outbox", "document.uploaded").await;
+    let mut crowd = Vec::new();
+    for _ in 0..52 {
+        crowd.push(record("unknown installation", "other.prefix.key").await);
+    }
+    drop(conn);
+
+    let (cookie, _) = log_in(base).await;
+    // Counted and paginated; filtered by reason and by routing key.
+    let (_, page) = get(base, &cookie, "/dead-letters").await;
+    assert_eq!(range_of(&page), "1–50 of 55", "{page}");
+    assert!(page.contains("rel=\"next\""), "{page}");
+    let (_, second) = get(base, &cookie, "/dead-letters?page=2").await;
+    assert_eq!(range_of(&second), "51–55 of 55", "{second}");
+    let (_, nudges) = get(base, &cookie, "/dead-letters?reason=NOT%20A%20NUDGE").await;
+    assert_eq!(range_of(&nudges), "1–2 of 2", "{nudges}");
+    assert!(
+        nudges.contains(&nudge_a.to_string()) && !nudges.contains(&foreign.to_string()),
+        "{nudges}"
+    );
+    let (_, keyed) = get(base, &cookie, "/dead-letters?routing_key=document").await;
+    assert_eq!(range_of(&keyed), "1–1 of 1", "{keyed}");
+    let csrf = csrf_of(&page);
+
+    // The API: the token, a body that names something.
+    let path = "/api/dead-letters/discard";
+    let (status, _) = post_json(base, None, path, &serde_json::json!({"ids": [foreign]})).await;
+    assert_eq!(status, 401, "no token");
+    for (body, named) in [
+        (serde_json::json!({}), "names no dead letters to discard"),
+        (
+            serde_json::json!({"ids": []}),
+            "the list of dead letters is empty",
+        ),
+        (
+            serde_json::json!({"ids": ["x"]}),
+            "ids[0] \"x\" is not a UUID",
+        ),
+        (
+            serde_json::json!({"ids": [foreign], "filter": {}}),
+            "not both",
+        ),
+    ] {
+        let (status, e) = post_json(base, Some(TOKEN), path, &body).await;
+        assert_eq!(status, 422, "{e}");
+        assert!(
+            e["error"].as_str().is_some_and(|t| t.contains(named)),
+            "{named}: {e}"
+        );
+    }
+    let r = client()
+        .post(format!("{base}{path}"))
+        .insert_header(("authorization", format!("Bearer {TOKEN}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422, "an empty body names nothing");
+    // By id: the named open one; an unknown one is skipped.
+    let (status, r) = post_json(
+        base,
+        Some(TOKEN),
+        path,
+        &serde_json::json!({"ids": [nudge_a, Uuid::new_v4()]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        (&r["discarded"], &r["skipped"]),
+        (&serde_json::json!(1), &serde_json::json!(1))
+    );
+
+    // The console: nothing ticked is refused; by filter, only the matching open ones.
+    nothing_ticked_is_refused(
+        base,
+        &cookie,
+        &csrf,
+        "/dead-letters/discard",
+        "no dead letter is selected",
+    )
+    .await;
+    let (status, to, _) = post_form(
+        base,
+        &cookie,
+        "/dead-letters/discard",
+        &[("csrf", &csrf), ("scope", "filter"), ("reason", "nudge")],
+    )
+    .await;
+    assert_eq!(status, 303);
+    let (_, page) = get(base, &cookie, &to).await;
+    assert!(page.contains("Discarded 1 dead letter(s)"), "{page}");
+    // Ticked ones, by id.
+    let (status, _, _) = post_form(
+        base,
+        &cookie,
+        "/dead-letters/discard",
+        &[
+            ("csrf", &csrf),
+            ("scope", "selected"),
+            ("id", &crowd[0].to_string()),
+            ("id", &crowd[1].to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(status, 303);
+    let mut conn = c.db.pool.get().await.unwrap();
+    let open: Vec<Uuid> = dead_letters::list(&mut conn, false, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.dead_letter_id)
+        .collect();
+    assert_eq!(open.len(), 51, "55 less the four discarded");
+    for gone in [nudge_a, nudge_b, crowd[0], crowd[1]] {
+        assert!(!open.contains(&gone), "{gone} discarded");
+    }
+    assert!(open.contains(&foreign) && open.contains(&crowd[2]));
+    let all = dead_letters::list(&mut conn, true, 100).await.unwrap();
+    assert_eq!(all.len(), 55, "discarded letters are kept");
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}
+
+#[actix_rt::test]
+async fn a_firm_has_a_page_by_id_and_by_name_and_an_unknown_one_is_a_styled_404() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    matter_with_documents(&c.db, firm, "Acme v. Globex", &[]).await;
+    let stuck =
+        matter_with_documents(&c.db, firm, "Poisoned v. Y", &[("Memo", "2024-05-01")]).await;
+    wait_state(&c.db, firm, stuck, MatterState::RetriesExhausted).await;
+    {
+        let mut conn = c.db.pool.get().await.unwrap();
+        briefrail::ledger::fairness::set_firm(
+            &mut conn,
+            firm,
+            &briefrail::ledger::fairness::FirmSettings {
+                name: Some("Acme LLP".into()),
+                weight: Some(3),
+                paused: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let (cookie, _) = log_in(base).await;
+    for path in [format!("/firms/{firm}"), "/firms/Acme%20LLP".to_owned()] {
+        let (status, page) = get(base, &cookie, &path).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        for want in [
+            "<h1 id=\"firm-name\">Acme LLP</h1>",
+            &firm.to_string(),
+            "<td id=\"firm-weight\">3</td>",
+            ">paused</td>",
+            &format!("href=\"/matters?firm={firm}\""),
+        ] {
+            assert!(page.contains(want), "{path}: {want} missing: {page}");
+        }
+        assert!(
+            page.contains("id=\"firm-exhausted\"><a href=") && page.contains(">1</a>"),
+            "one matter out of retries: {page}"
+        );
+    }
+    // The firms page and the matters list link to it.
+    let (_, firms) = get(base, &cookie, "/firms").await;
+    assert!(
+        firms.contains(&format!("href=\"/firms/{firm}\"")),
+        "{firms}"
+    );
+    let (_, matters) = get(base, &cookie, "/matters").await;
+    assert!(
+        matters.contains(&format!("href=\"/firms/{firm}\"")),
+        "{matters}"
+    );
+    let (_, one) = get(base, &cookie, &format!("/firms/{firm}/matters/{stuck}")).await;
+    assert!(one.contains(&format!("href=\"/firms/{firm}\"")), "{one}");
+    for unknown in [
+        "/firms/Globex%20Partners",
+        &format!("/firms/{}", Uuid::new_v4()),
+    ] {
+        let mut r = client()
+            .get(format!("{base}{unknown}"))
+            .insert_header(("cookie", cookie.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{unknown}");
+        assert!(
+            header(&r, "content-type").starts_with("text/html"),
+            "{unknown}"
+        );
+        let page = body(&mut r).await;
+        assert!(
+            page.contains("<h1>404 Not Found</h1>") && page.contains("/assets/console.css"),
+            "{page}"
+        );
+    }
+    // A query string that cannot be read is the styled page too, not text/plain.
+    let mut r = client()
+        .get(format!("{base}/matters?page=abc"))
+        .insert_header(("cookie", cookie.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(header(&r, "content-type").starts_with("text/html"));
+    assert!(body(&mut r).await.contains("page"), "names the field");
+    c.node.shutdown_within(Duration::from_secs(2)).await;
+}

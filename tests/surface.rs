@@ -598,3 +598,150 @@ async fn the_firms_api_names_pauses_and_reports_firms() {
     );
     node.shutdown().await;
 }
+
+/// The console's pages for scripts: matters (filters, pages, totals), one matter's retry, dead
+/// letters and nodes, every route behind the token, every bad value named in JSON.
+#[actix_rt::test]
+async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.trigger.debounce_ms = 5;
+    s.relay.poll_ms = 50;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = TOKEN.into();
+    s.node.id = "api-node".into();
+    let node = Node::builder(
+        Arc::new(s),
+        Arc::new(common::flaky::Flaky {
+            poisoned: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        }),
+    )
+    .pool(db.pool.clone())
+    .surface(briefrail::surface::http::admin())
+    .start()
+    .await
+    .unwrap();
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let client = awc::Client::default();
+    let auth = ("authorization", format!("Bearer {TOKEN}"));
+    let firm = Uuid::new_v4();
+    let (acme, stuck) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, acme, "Acme v. Globex")
+        .await
+        .unwrap();
+    facts::create_matter(&mut c, firm, stuck, "Poisoned v. Initech")
+        .await
+        .unwrap();
+    drop(c);
+    use briefrail::ledger::console::MatterState;
+    eventually(Duration::from_secs(20), "the matters settled", || {
+        let db = &db;
+        async move {
+            let mut c = db.pool.get().await.unwrap();
+            let a = briefrail::ledger::console::state_of(&mut c, firm, acme, 5)
+                .await
+                .unwrap();
+            let p = briefrail::ledger::console::state_of(&mut c, firm, stuck, 5)
+                .await
+                .unwrap();
+            (a == Some(MatterState::Fresh) && p == Some(MatterState::RetriesExhausted))
+                .then_some(())
+        }
+    })
+    .await;
+
+    // Every route wants the token.
+    for (method, path) in [
+        ("GET", "/api/matters".to_owned()),
+        ("GET", "/api/dead-letters".to_owned()),
+        ("GET", "/api/nodes".to_owned()),
+        ("POST", format!("/api/matters/{firm}/{stuck}/retry")),
+        ("POST", "/api/matters/retry".to_owned()),
+        ("POST", "/api/dead-letters/discard".to_owned()),
+    ] {
+        let r = client
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{method} {path}");
+    }
+    let call = |method: &'static str, path: String| {
+        let client = &client;
+        let auth = auth.clone();
+        let base = &base;
+        async move {
+            let mut r = client
+                .request(method.parse().unwrap(), format!("{base}{path}"))
+                .insert_header(auth)
+                .send()
+                .await
+                .unwrap();
+            let v: serde_json::Value = r.json().await.unwrap();
+            (r.status().as_u16(), v)
+        }
+    };
+    let get = |path: String| call("GET", path);
+    let post = |path: String| call("POST", path);
+    let (status, v) = get("/api/matters?state=retries_exhausted".into()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["total"], 1, "{v}");
+    assert_eq!(v["matters"][0]["matter_id"], stuck.to_string(), "{v}");
+    assert_eq!(v["matters"][0]["state"], "retries_exhausted", "{v}");
+    let (_, v) = get(format!("/api/matters?firm={firm}&per_page=1")).await;
+    assert_eq!(
+        (&v["total"], &v["more"]),
+        (&serde_json::json!(2), &serde_json::json!(true)),
+        "{v}"
+    );
+    assert_eq!(v["matters"].as_array().map(Vec::len), Some(1), "{v}");
+    for (path, named) in [
+        ("/api/matters?state=stuck", "state \"stuck\" is not one of"),
+        ("/api/matters?page=abc", "page"),
+        ("/api/matters?colour=red", "colour"),
+        (
+            "/api/matters?per_page=100000",
+            "per_page 100000 is out of range",
+        ),
+        ("/api/dead-letters?all=maybe", "all \"maybe\""),
+    ] {
+        let (status, e) = get(path.into()).await;
+        assert_eq!(status, 422, "{path}: {e}");
+        assert!(
+            e["error"].as_str().is_some_and(|t| t.contains(named)),
+            "{path}: {e}"
+        );
+    }
+    let (status, v) = get("/api/dead-letters".into()).await;
+    assert_eq!((status, &v["total"]), (200, &serde_json::json!(0)), "{v}");
+    let (_, v) = get("/api/nodes".into()).await;
+    assert!(
+        v["nodes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["node_id"] == "api-node")),
+        "{v}"
+    );
+
+    // One matter's retry: a fresh one has nothing to retry (409), a bad id is named, an
+    // unknown matter is 404, the exhausted one gets its demand.
+    let (status, e) = post(format!("/api/matters/{firm}/{acme}/retry")).await;
+    assert_eq!(status, 409, "{e}");
+    let (status, e) = post(format!("/api/matters/nope/{acme}/retry")).await;
+    assert_eq!(status, 422, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("firm \"nope\" is not a UUID"),
+        "{e}"
+    );
+    let (status, e) = post(format!("/api/matters/{firm}/{}/retry", Uuid::new_v4())).await;
+    assert_eq!(status, 404, "{e}");
+    let (status, v) = post(format!("/api/matters/{firm}/{stuck}/retry")).await;
+    assert_eq!(status, 202, "{v}");
+    assert!(v["event_id"].as_str().is_some(), "{v}");
+    node.shutdown().await;
+}

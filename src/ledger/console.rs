@@ -15,6 +15,8 @@ use uuid::Uuid;
 use super::models::BRIEF_RAIL;
 use crate::error::{Error, Result};
 
+pub mod bulk;
+
 /// A matter's state as an operator reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -233,7 +235,7 @@ pub async fn overview(conn: &mut AsyncPgConnection, max_attempts: u32) -> Result
     })
 }
 
-fn attempts(max_attempts: u32) -> i32 {
+pub(super) fn attempts(max_attempts: u32) -> i32 {
     i32::try_from(max_attempts).unwrap_or(i32::MAX)
 }
 
@@ -277,7 +279,7 @@ impl MatterListing {
 }
 
 /// `%` and `_` in a search are letters, not wildcards.
-fn like_pattern(text: &str) -> String {
+pub(super) fn like_pattern(text: &str) -> String {
     let mut p = String::from("%");
     // Lowercased by Postgres (`lower($3)`), as the titles are: Rust's lowercase differs for
     // some letters.
@@ -291,12 +293,32 @@ fn like_pattern(text: &str) -> String {
     p
 }
 
-/// Matters matching `q`, by title. Returns at most `q.limit` rows and whether more follow.
-pub async fn search(
-    conn: &mut AsyncPgConnection,
-    q: &MatterQuery,
-    max_attempts: u32,
-) -> Result<(Vec<MatterListing>, bool)> {
+/// The matters `q` selects by firm and title, each with its state (`state_text`), as the
+/// subquery `s` that listing, counting and bulk retry all read, so a page's rows, its total and
+/// "retry all matching" can never disagree. Binds `$1` (max attempts), `$2` (firm), `$3` (title
+/// pattern); `WHERE_STATE` binds `$4`.
+fn matching() -> String {
+    format!(
+        "(SELECT m.firm_id, m.matter_id, m.title, {STATE_SQL} AS state_text,
+                 coalesce(j.requested_generation, 0) AS requested_generation,
+                 coalesce(j.landed_generation, 0) AS landed_generation,
+                 coalesce(j.consecutive_failures, 0) AS consecutive_failures,
+                 j.updated_at
+            FROM record.matters m
+            LEFT JOIN ops.matter_frame_jobs j USING (firm_id, matter_id)
+           WHERE ($2::uuid IS NULL OR m.firm_id = $2)
+             AND ($3::text IS NULL OR lower(m.title) LIKE lower($3))) s"
+    )
+}
+
+/// The state filter of [`matching`]'s rows.
+const WHERE_STATE: &str = "($4::text IS NULL OR s.state_text = $4)";
+
+/// The order matters are listed (and retried) in.
+const ORDER: &str = "ORDER BY lower(s.title), s.firm_id, s.matter_id";
+
+/// Checks a query's text: at most 200 characters, no NUL.
+fn checked(q: &MatterQuery) -> Result<()> {
     if q.text.as_ref().is_some_and(|t| t.len() > 200) {
         return Err(Error::InvalidInput(
             "a search is at most 200 characters".into(),
@@ -305,32 +327,44 @@ pub async fn search(
     if let Some(t) = &q.text {
         super::text::refuse_nul("a search", t)?;
     }
+    Ok(())
+}
+
+/// Binds [`matching`]'s and [`WHERE_STATE`]'s parameters `$1` to `$4` onto `query`.
+macro_rules! bind_matching {
+    ($query:expr, $q:expr, $max_attempts:expr) => {
+        $query
+            .bind::<diesel::sql_types::Integer, _>($crate::ledger::console::attempts($max_attempts))
+            .bind::<diesel::sql_types::Nullable<diesel::sql_types::Uuid>, _>($q.firm_id)
+            .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(
+                $q.text
+                    .as_deref()
+                    .filter(|t| !t.trim().is_empty())
+                    .map($crate::ledger::console::like_pattern),
+            )
+            .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(
+                $q.state.map(|s| s.as_str()),
+            )
+    };
+}
+pub(super) use bind_matching;
+
+/// Matters matching `q`, by title. Returns at most `q.limit` rows and whether more follow.
+pub async fn search(
+    conn: &mut AsyncPgConnection,
+    q: &MatterQuery,
+    max_attempts: u32,
+) -> Result<(Vec<MatterListing>, bool)> {
+    checked(q)?;
     let limit = q.limit.clamp(1, 500);
-    let mut rows: Vec<MatterListing> = diesel::sql_query(format!(
-        "SELECT * FROM (
-           SELECT m.firm_id, m.matter_id, m.title, {STATE_SQL} AS state_text,
-                  coalesce(j.requested_generation, 0) AS requested_generation,
-                  coalesce(j.landed_generation, 0) AS landed_generation,
-                  coalesce(j.consecutive_failures, 0) AS consecutive_failures,
-                  j.updated_at
-             FROM record.matters m
-             LEFT JOIN ops.matter_frame_jobs j USING (firm_id, matter_id)
-            WHERE ($2::uuid IS NULL OR m.firm_id = $2)
-              AND ($3::text IS NULL OR lower(m.title) LIKE lower($3))
-         ) s
-         WHERE ($4::text IS NULL OR s.state_text = $4)
-         ORDER BY lower(s.title), s.firm_id, s.matter_id
-         LIMIT $5 OFFSET $6"
-    ))
-    .bind::<Integer, _>(attempts(max_attempts))
-    .bind::<Nullable<SqlUuid>, _>(q.firm_id)
-    .bind::<Nullable<Text>, _>(
-        q.text
-            .as_deref()
-            .filter(|t| !t.trim().is_empty())
-            .map(like_pattern),
+    let mut rows: Vec<MatterListing> = bind_matching!(
+        diesel::sql_query(format!(
+            "SELECT * FROM {} WHERE {WHERE_STATE} {ORDER} LIMIT $5 OFFSET $6",
+            matching()
+        )),
+        q,
+        max_attempts
     )
-    .bind::<Nullable<Text>, _>(q.state.map(|s| s.as_str()))
     .bind::<BigInt, _>(limit + 1)
     .bind::<BigInt, _>(q.offset.max(0))
     .load(conn)
@@ -338,6 +372,33 @@ pub async fn search(
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     Ok((rows, more))
+}
+
+/// How many matters match `q` (its limit and offset aside): the total a page shows.
+pub async fn count(
+    conn: &mut AsyncPgConnection,
+    q: &MatterQuery,
+    max_attempts: u32,
+) -> Result<i64> {
+    checked(q)?;
+    let n: Count = bind_matching!(
+        diesel::sql_query(format!(
+            "SELECT count(*) AS n FROM {} WHERE {WHERE_STATE}",
+            matching()
+        )),
+        q,
+        max_attempts
+    )
+    .get_result(conn)
+    .await?;
+    Ok(n.n)
+}
+
+/// A `count(*) AS n`.
+#[derive(diesel::QueryableByName)]
+pub(super) struct Count {
+    #[diesel(sql_type = BigInt)]
+    pub(super) n: i64,
 }
 
 /// The state of one matter (`None`: no such matter in the record).

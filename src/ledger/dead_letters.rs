@@ -20,6 +20,8 @@ use super::inbox::{self, Applied, EventEnvelope};
 use super::text;
 use crate::error::{Error, Result};
 
+pub mod bulk;
+
 /// The most of a refused message's body the ledger keeps (a nudge is ~250 bytes).
 pub const MAX_KEPT_BODY: usize = 64 * 1024;
 
@@ -110,19 +112,86 @@ const COLUMNS: &str = "dead_letter_id, consumer, event_id, routing_key,
     encode(body, 'escape') AS body_text, body_truncated, reason, node_id, refused_at,
     replays, resolved_at, resolution";
 
+/// Which dead letters a page lists (or a bulk discard resolves).
+#[derive(Debug, Clone, Default)]
+pub struct DeadFilter {
+    /// A case-insensitive substring of the reason.
+    pub reason: Option<String>,
+    /// A case-insensitive substring of the routing key.
+    pub routing_key: Option<String>,
+    /// Resolved ones too (a listing only: a discard resolves open ones).
+    pub resolved_too: bool,
+}
+
+impl DeadFilter {
+    /// Refuses a filter text over 200 characters or with a NUL, naming it.
+    pub fn checked(&self) -> Result<()> {
+        for (what, t) in [("reason", &self.reason), ("routing_key", &self.routing_key)] {
+            if let Some(t) = t {
+                if t.chars().count() > 200 {
+                    return Err(Error::InvalidInput(format!(
+                        "the {what} filter is at most 200 characters"
+                    )));
+                }
+                text::refuse_nul(what, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn pattern(t: &Option<String>) -> Option<String> {
+        t.as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .map(super::console::like_pattern)
+    }
+}
+
+/// The rows a [`DeadFilter`] selects; binds `$1` (resolved too), `$2` (reason pattern), `$3`
+/// (routing key pattern).
+const FILTERED: &str = "FROM ops.dead_letters
+      WHERE ($1 OR resolved_at IS NULL)
+        AND ($2::text IS NULL OR lower(reason) LIKE lower($2))
+        AND ($3::text IS NULL OR lower(routing_key) LIKE lower($3))";
+
+macro_rules! bind_filter {
+    ($query:expr, $f:expr) => {
+        $query
+            .bind::<Bool, _>($f.resolved_too)
+            .bind::<Nullable<Text>, _>(DeadFilter::pattern(&$f.reason))
+            .bind::<Nullable<Text>, _>(DeadFilter::pattern(&$f.routing_key))
+    };
+}
+
 /// Dead letters, newest first: the open ones, or every one with `resolved_too`.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     resolved_too: bool,
     limit: i64,
 ) -> Result<Vec<DeadLetter>> {
-    let mut rows: Vec<DeadLetter> = diesel::sql_query(format!(
-        "SELECT {COLUMNS} FROM ops.dead_letters
-          WHERE $1 OR resolved_at IS NULL
-          ORDER BY refused_at DESC, dead_letter_id LIMIT $2"
-    ))
-    .bind::<Bool, _>(resolved_too)
+    let f = DeadFilter {
+        resolved_too,
+        ..Default::default()
+    };
+    page(conn, &f, limit, 0).await
+}
+
+/// A page of the dead letters `f` selects, newest first.
+pub async fn page(
+    conn: &mut AsyncPgConnection,
+    f: &DeadFilter,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<DeadLetter>> {
+    f.checked()?;
+    let mut rows: Vec<DeadLetter> = bind_filter!(
+        diesel::sql_query(format!(
+            "SELECT {COLUMNS} {FILTERED}
+              ORDER BY refused_at DESC, dead_letter_id LIMIT $4 OFFSET $5"
+        )),
+        f
+    )
     .bind::<diesel::sql_types::BigInt, _>(limit)
+    .bind::<diesel::sql_types::BigInt, _>(offset.max(0))
     .load(conn)
     .await?;
     for r in &mut rows {
@@ -133,18 +202,27 @@ pub async fn list(
     Ok(rows)
 }
 
+/// How many dead letters `f` selects: the total a page shows.
+pub async fn count(conn: &mut AsyncPgConnection, f: &DeadFilter) -> Result<i64> {
+    f.checked()?;
+    let n: N = bind_filter!(
+        diesel::sql_query(format!("SELECT count(*) AS n {FILTERED}")),
+        f
+    )
+    .get_result(conn)
+    .await?;
+    Ok(n.n)
+}
+
+#[derive(diesel::QueryableByName)]
+struct N {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
 /// How many dead letters are open (the overview's figure).
 pub async fn open_count(conn: &mut AsyncPgConnection) -> Result<i64> {
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let n: N =
-        diesel::sql_query("SELECT count(*) AS n FROM ops.dead_letters WHERE resolved_at IS NULL")
-            .get_result(conn)
-            .await?;
-    Ok(n.n)
+    count(conn, &DeadFilter::default()).await
 }
 
 /// Control characters shown as `\u{..}`, so a hostile body cannot play with a terminal.

@@ -384,8 +384,18 @@ pub fn oldest_interactive(firms: &[FirmView]) -> f64 {
 /// The firm an operator names: a firm id, or a firm's name (exact, then case-insensitive).
 pub async fn resolve(conn: &mut AsyncPgConnection, name_or_id: &str) -> Result<Uuid> {
     let s = name_or_id.trim();
+    find(conn, s).await?.ok_or_else(|| {
+        Error::InvalidInput(format!(
+            "no firm is named {s:?} (give a firm id, or name the firm first: briefrail firm set --firm <id> --name ...)"
+        ))
+    })
+}
+
+/// [`resolve`], `None` for a name no firm has (a page answers 404 for it, a filter 400).
+pub async fn find(conn: &mut AsyncPgConnection, name_or_id: &str) -> Result<Option<Uuid>> {
+    let s = name_or_id.trim();
     if let Ok(id) = Uuid::parse_str(s) {
-        return Ok(id);
+        return Ok(Some(id));
     }
     use ops::firms::dsl as f;
     let exact: Option<Uuid> = f::firms
@@ -394,8 +404,8 @@ pub async fn resolve(conn: &mut AsyncPgConnection, name_or_id: &str) -> Result<U
         .first(conn)
         .await
         .optional()?;
-    if let Some(id) = exact {
-        return Ok(id);
+    if exact.is_some() {
+        return Ok(exact);
     }
     let folded: Vec<Uuid> = diesel::sql_query(
         "SELECT firm_id FROM ops.firms WHERE lower(name) = lower($1) ORDER BY firm_id LIMIT 2",
@@ -407,10 +417,8 @@ pub async fn resolve(conn: &mut AsyncPgConnection, name_or_id: &str) -> Result<U
     .map(|r| r.firm_id)
     .collect();
     match folded.as_slice() {
-        [one] => Ok(*one),
-        [] => Err(Error::InvalidInput(format!(
-            "no firm is named {s:?} (give a firm id, or name the firm first: briefrail firm set --firm <id> --name ...)"
-        ))),
+        [one] => Ok(Some(*one)),
+        [] => Ok(None),
         _ => Err(Error::InvalidInput(format!(
             "more than one firm is named {s:?} in other letter cases: give the exact name or the firm id"
         ))),

@@ -94,6 +94,36 @@ pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Res
     Ok(event.event_id)
 }
 
+/// Inserts many event rows in one statement (a bulk operator action: one round trip however
+/// many matters it names). Call it inside the transaction that writes the facts; each event's
+/// class is named, so this needs a schema with classes (every migrated one does).
+pub async fn record_events(conn: &mut AsyncPgConnection, events: &[NewEvent]) -> Result<()> {
+    use ops::domain_event_outbox::dsl as o;
+    if events.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                o::event_id.eq(e.event_id),
+                o::firm_id.eq(e.firm_id),
+                o::matter_id.eq(e.matter_id),
+                o::event_name.eq(e.event_name.as_str()),
+                o::payload.eq(&e.payload),
+                o::traceparent.eq(e.traceparent.map(|t| t.to_string())),
+                o::demand_class.eq(e.class.as_str()),
+            )
+        })
+        .collect();
+    diesel::insert_into(o::domain_event_outbox)
+        .values(rows)
+        .execute(conn)
+        .await?;
+    tracing::debug!(events = events.len(), "outbox events recorded");
+    Ok(())
+}
+
 /// The next unpublished events in sequence order, locked so that concurrent relays on other
 /// nodes skip them (`FOR UPDATE SKIP LOCKED`) instead of publishing them twice. Call inside a
 /// transaction; the locks last until it ends. Rows in backoff (`next_attempt_at` in the

@@ -8,6 +8,9 @@
 //! * `POST /api/firms/{firm}/matters/{matter}/brief-requests`: records `brief.requested` (202).
 //! * `GET /`, `/matters`, `/firms/{firm}/matters/{matter}`, `/dead-letters`, `/nodes`, `/login`:
 //!   the operator console ([`crate::surface::console`]).
+//! * `/api/firms`, `/api/rail`: who is served next ([`crate::surface::fairness_api`]);
+//!   `/api/matters`, `/api/dead-letters`, `/api/nodes`: the console's pages and actions for
+//!   scripts ([`crate::surface::ops_api`]).
 //!
 //! When `http.token` is set, `/api/*` requires `Authorization: Bearer <token>` (the scheme in
 //! any case) and the console a session opened by `POST /login` with that token (or the same
@@ -78,16 +81,22 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(state.clone())
-            .app_data(web::FormConfig::default().limit(BODY_LIMIT))
+            .app_data(
+                web::FormConfig::default()
+                    .limit(BODY_LIMIT)
+                    .error_handler(crate::surface::bad_input::form),
+            )
             .app_data(web::PayloadConfig::default().limit(BODY_LIMIT))
+            .app_data(web::QueryConfig::default().error_handler(crate::surface::bad_input::query))
             .wrap_fn(|req, srv| {
                 // Refused before a handler runs, whatever the route reads.
+                let limit = body_limit(req.path());
                 let declared = req
                     .headers()
                     .get(actix_web::http::header::CONTENT_LENGTH)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<usize>().ok());
-                let call = if declared.is_some_and(|n| n > BODY_LIMIT) {
+                let call = if declared.is_some_and(|n| n > limit) {
                     Err(req)
                 } else {
                     Ok(actix_web::dev::Service::call(srv, req))
@@ -97,7 +106,7 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
                         Ok(f) => f.await.map(|r| r.map_into_left_body()),
                         Err(req) => Ok(req
                             .into_response(HttpResponse::PayloadTooLarge().json(json!({
-                                "error": format!("the body exceeds the {BODY_LIMIT}-byte limit")
+                                "error": format!("the body exceeds the {limit}-byte limit")
                             })))
                             .map_into_right_body()),
                     }
@@ -117,6 +126,7 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
                 web::post().to(brief_request),
             ))
             .configure(crate::surface::fairness_api::routes)
+            .configure(crate::surface::ops_api::routes)
             .configure(crate::surface::console::routes)
     })
     .workers(1)
@@ -146,8 +156,24 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     Ok((addr, handle))
 }
 
-/// The largest request body any route accepts (the console's forms are a few hundred bytes).
+/// The largest request body any route accepts (the console's forms are a few hundred bytes),
+/// but the bulk actions.
 pub const BODY_LIMIT: usize = 16 * 1024;
+
+/// The largest body of a bulk action of the API: `MAX_BULK` pairs of ids as JSON (about 95
+/// bytes each), with room, so a list one over the cap is answered 422 naming the cap, not 413.
+pub const BULK_BODY_LIMIT: usize = 160 * 1024;
+
+/// The routes that take [`BULK_BODY_LIMIT`].
+const BULK_PATHS: &[&str] = &["/api/matters/retry", "/api/dead-letters/discard"];
+
+fn body_limit(path: &str) -> usize {
+    if BULK_PATHS.contains(&path) {
+        BULK_BODY_LIMIT
+    } else {
+        BODY_LIMIT
+    }
+}
 
 /// A resource answering `route` for its one method, and 405 with `Allow: allow` otherwise.
 pub fn only(path: &str, allow: &'static str, route: actix_web::Route) -> actix_web::Resource {

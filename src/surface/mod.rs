@@ -2,6 +2,8 @@
 //! endpoint (`feature = "http"`), the logs, `run`, which serves one node until told to stop, and
 //! the health check a container runs against it (`healthcheck`).
 
+#[cfg(feature = "http")]
+pub mod bad_input;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "http")]
@@ -15,4 +17,8 @@ pub mod healthcheck;
 pub mod http;
 #[cfg(feature = "cli")]
 pub mod logging;
+#[cfg(feature = "http")]
+pub mod ops_api;
 pub mod run;
+#[cfg(feature = "http")]
+pub mod selection;

@@ -5,10 +5,13 @@
 //! | --- | --- |
 //! | `GET /login`, `POST /login`, `POST /logout` | the admin token traded for a session ([`auth`]) |
 //! | `GET /` | matters by state, outbox backlog, dead letters, live nodes, builds per minute, running and troubled runs |
-//! | `GET /matters?q=&state=&firm=&page=` | search by title, filter by state, paginated |
+//! | `GET /matters?q=&state=&firm=&page=` | search by title, filter by state and firm, "N–M of T"; checkboxes on the matters out of retries |
+//! | `POST /matters/retry` | **Retry selected** / **Retry all matching**: the bulk retry ([`bulk`]) |
 //! | `GET /firms/{firm}/matters/{matter}` | the Brief, freshness, claim, runs, events; **Retry** and **Rebuild** |
-//! | `GET /dead-letters` | refused messages, **Replay** and **Discard** |
+//! | `GET /dead-letters?reason=&routing_key=&all=&page=` | refused messages, filtered, "N–M of T"; **Replay** and **Discard** |
+//! | `POST /dead-letters/discard` | **Discard selected** / **Discard all open matching** ([`bulk`]) |
 //! | `GET /nodes` | every node of this ledger: version, start, last seen, builds in flight, alive or gone |
+//! | `GET /firms/{firm}` | one firm, by id or name: paused, weight, unserved, oldest interactive demand, running, out of retries; its matters |
 //! | `GET /firms` | firms: name, weight, paused, unserved, running, oldest interactive demand; **Pause**, **Resume**, **Save**; the rail's pause |
 //!
 //! Pages refresh their live region every few seconds (`/assets/console.js`). Every figure is a
@@ -16,8 +19,13 @@
 
 pub mod auth;
 pub mod brief_view;
+pub mod bulk;
+pub mod dead_letters_page;
+pub mod firm_page;
 pub mod firms_page;
+pub mod matters_page;
 pub mod pages;
+pub mod paging;
 
 use actix_web::{HttpResponse, web};
 
@@ -34,7 +42,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 })),
         )
         .service(only("/logout", "POST", web::post().to(pages::logout)))
-        .service(only("/matters", "GET", web::get().to(pages::matters)))
+        .service(only(
+            "/matters",
+            "GET",
+            web::get().to(matters_page::matters),
+        ))
+        .service(only(
+            "/matters/retry",
+            "POST",
+            web::post().to(bulk::retry_matters),
+        ))
         .service(only(
             "/firms/{firm}/matters/{matter}",
             "GET",
@@ -48,15 +65,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(only(
             "/dead-letters",
             "GET",
-            web::get().to(pages::dead_letters_page),
+            web::get().to(dead_letters_page::dead_letters_page),
+        ))
+        .service(only(
+            "/dead-letters/discard",
+            "POST",
+            web::post().to(bulk::discard_dead_letters),
         ))
         .service(only(
             "/dead-letters/{id}/{action:replay|discard}",
             "POST",
-            web::post().to(pages::dead_letter_action),
+            web::post().to(dead_letters_page::dead_letter_action),
         ))
         .service(only("/nodes", "GET", web::get().to(pages::nodes)))
         .service(only("/firms", "GET", web::get().to(firms_page::firms)))
+        .service(only("/firms/{firm}", "GET", web::get().to(firm_page::firm)))
         .service(only(
             "/firms/{firm}/{action:pause|resume|set}",
             "POST",

@@ -13,8 +13,8 @@ use uuid::Uuid;
 use super::auth::{self, Viewer};
 use super::brief_view::BriefView;
 use crate::error::{Error, Result};
-use crate::ledger::console::{self, MatterQuery, MatterState};
-use crate::ledger::{RunOutcome, RunRow, dead_letters, presence, reads};
+use crate::ledger::console::{self, MatterState};
+use crate::ledger::{RunOutcome, RunRow, presence, reads};
 use crate::surface::http::HttpState;
 
 /// Rows per page of the matter list.
@@ -51,7 +51,12 @@ impl Chrome {
 
 /// A failure as a page: the error's text (URLs redacted) and its status.
 pub fn failure(e: &Error) -> HttpResponse {
-    let status = crate::surface::http::status_of(e, actix_web::http::StatusCode::BAD_REQUEST);
+    failure_as(e, actix_web::http::StatusCode::BAD_REQUEST)
+}
+
+/// [`failure`], bad input answered with `input` (422 for a form whose body names nothing).
+pub fn failure_as(e: &Error, input: actix_web::http::StatusCode) -> HttpResponse {
+    let status = crate::surface::http::status_of(e, input);
     let t = ErrorPage {
         status: status.as_u16(),
         reason: status.canonical_reason().unwrap_or("Error"),
@@ -104,7 +109,7 @@ pub(crate) fn page(viewer: &Viewer, t: &impl askama::Template) -> HttpResponse {
     }
 }
 
-fn when(t: Option<DateTime<Utc>>) -> String {
+pub(crate) fn when(t: Option<DateTime<Utc>>) -> String {
     t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| "-".into())
 }
@@ -121,7 +126,7 @@ pub(crate) fn seconds(s: f64) -> String {
     }
 }
 
-fn max_attempts(state: &HttpState) -> u32 {
+pub(crate) fn max_attempts(state: &HttpState) -> u32 {
     state.settings.retry.max_attempts
 }
 
@@ -254,7 +259,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
             .unwrap_or_default(),
         waiting_firm_link: busiest
             .first()
-            .map(|f| format!("/matters?firm={}", f.firm_id))
+            .map(|f| format!("/firms/{}", f.firm_id))
             .unwrap_or_default(),
         waiting_for: busiest
             .first()
@@ -262,146 +267,6 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
             .map(seconds)
             .unwrap_or_default(),
         o,
-    };
-    page(&viewer, &t)
-}
-
-// ----------------------------------------------------------------------------- matters
-
-#[derive(Deserialize)]
-pub struct MattersQuery {
-    q: Option<String>,
-    state: Option<String>,
-    firm: Option<String>,
-    page: Option<i64>,
-}
-
-pub struct MatterLine {
-    pub link: String,
-    pub title: String,
-    pub firm_id: String,
-    pub state: &'static str,
-    pub label: &'static str,
-    pub requested: i64,
-    pub landed: i64,
-    pub failures: i32,
-    pub updated: String,
-}
-
-#[derive(askama::Template)]
-#[template(path = "matters.html")]
-struct MattersPage {
-    chrome: Chrome,
-    q: String,
-    state: String,
-    firm: String,
-    states: Vec<(&'static str, &'static str)>,
-    rows: Vec<MatterLine>,
-    page: i64,
-    prev: String,
-    next: String,
-}
-
-pub async fn matters(
-    req: HttpRequest,
-    state: web::Data<HttpState>,
-    query: web::Query<MattersQuery>,
-) -> HttpResponse {
-    let viewer = match auth::viewer(&req, &state).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let q = query.into_inner();
-    let filter = match q.state.as_deref().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(s) => match s.parse::<MatterState>() {
-            Ok(s) => Some(s),
-            Err(e) => return failure(&e),
-        },
-    };
-    // A firm's id, or the name operators gave it (`briefrail firm set --name`).
-    let firm = match q.firm.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        None => None,
-        Some(f) => {
-            let resolved = async {
-                let mut c = conn(&state).await?;
-                crate::ledger::fairness::resolve(&mut c, f).await
-            }
-            .await;
-            match resolved {
-                Ok(f) => Some(f),
-                Err(e) => return failure(&e),
-            }
-        }
-    };
-    // Clamped: a huge `?page=` must not overflow the offset.
-    let page_no = q.page.unwrap_or(1).clamp(1, 1_000_000);
-    let text = q.q.clone().unwrap_or_default();
-    let result = async {
-        let mut c = conn(&state).await?;
-        console::search(
-            &mut c,
-            &MatterQuery {
-                firm_id: firm,
-                text: Some(text.clone()),
-                state: filter,
-                limit: PAGE_SIZE,
-                offset: (page_no - 1) * PAGE_SIZE,
-            },
-            max_attempts(&state),
-        )
-        .await
-    }
-    .await;
-    let (rows, more) = match result {
-        Ok(r) => r,
-        Err(e) => return failure(&e),
-    };
-    let link = |p: i64| {
-        format!(
-            "/matters?q={}&state={}&firm={}&page={p}",
-            auth::percent(&text),
-            filter.map_or("", |s| s.as_str()),
-            firm.map(|f| f.to_string()).unwrap_or_default()
-        )
-    };
-    let t = MattersPage {
-        chrome: Chrome::new(&state, &viewer, "matters", None),
-        q: text.clone(),
-        state: filter.map_or("", |s| s.as_str()).to_owned(),
-        firm: firm.map(|f| f.to_string()).unwrap_or_default(),
-        states: MatterState::ALL
-            .iter()
-            .map(|s| (s.as_str(), s.label()))
-            .collect(),
-        rows: rows
-            .iter()
-            .map(|m| {
-                let s = m.state();
-                MatterLine {
-                    link: format!("/firms/{}/matters/{}", m.firm_id, m.matter_id),
-                    title: m.title.clone(),
-                    firm_id: m.firm_id.to_string(),
-                    state: s.as_str(),
-                    label: s.label(),
-                    requested: m.requested_generation,
-                    landed: m.landed_generation,
-                    failures: m.consecutive_failures,
-                    updated: when(m.updated_at),
-                }
-            })
-            .collect(),
-        page: page_no,
-        prev: if page_no > 1 {
-            link(page_no - 1)
-        } else {
-            String::new()
-        },
-        next: if more {
-            link(page_no + 1)
-        } else {
-            String::new()
-        },
     };
     page(&viewer, &t)
 }
@@ -610,138 +475,6 @@ pub fn redirect(to: &str) -> HttpResponse {
         .finish()
 }
 
-// ----------------------------------------------------------------------------- dead letters
-
-pub struct DeadLine {
-    pub id: String,
-    pub refused: String,
-    pub reason: String,
-    pub event_id: String,
-    pub routing_key: String,
-    pub body: String,
-    pub replays: i32,
-    pub node_id: String,
-    pub resolution: String,
-}
-
-#[derive(askama::Template)]
-#[template(path = "dead_letters.html")]
-struct DeadLettersPage {
-    chrome: Chrome,
-    all: bool,
-    postgres_transport: bool,
-    rows: Vec<DeadLine>,
-}
-
-#[derive(Deserialize)]
-pub struct DeadQuery {
-    all: Option<String>,
-    notice: Option<String>,
-    #[serde(rename = "ref")]
-    reference: Option<String>,
-}
-
-pub async fn dead_letters_page(
-    req: HttpRequest,
-    state: web::Data<HttpState>,
-    query: web::Query<DeadQuery>,
-) -> HttpResponse {
-    let viewer = match auth::viewer(&req, &state).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let all = query.all.as_deref().is_some_and(|a| a == "1");
-    let rows = async {
-        let mut c = conn(&state).await?;
-        dead_letters::list(&mut c, all, 200).await
-    }
-    .await;
-    let rows = match rows {
-        Ok(r) => r,
-        Err(e) => return failure(&e),
-    };
-    let t = DeadLettersPage {
-        chrome: Chrome::new(
-            &state,
-            &viewer,
-            "dead-letters",
-            Notice::text(query.notice.as_deref(), query.reference.as_deref()).as_deref(),
-        ),
-        all,
-        postgres_transport: state.settings.transport.kind == crate::config::TransportKind::Postgres,
-        rows: rows
-            .iter()
-            .map(|d| DeadLine {
-                id: d.dead_letter_id.to_string(),
-                refused: when(Some(d.refused_at)),
-                reason: d.reason.clone(),
-                event_id: d
-                    .event_id
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                // The escaped text, and the bytes it stands for when it had to be escaped.
-                routing_key: match &d.routing_key_hex {
-                    Some(hex) => format!("{} (bytes: {hex})", d.routing_key),
-                    None => d.routing_key.clone(),
-                },
-                body: crate::text::clip(&d.body_text, 2000).to_owned(),
-                replays: d.replays,
-                node_id: d.node_id.clone(),
-                resolution: match (&d.resolution, d.resolved_at) {
-                    (Some(r), at) => format!("{r} {}", when(at)),
-                    _ => String::new(),
-                },
-            })
-            .collect(),
-    };
-    page(&viewer, &t)
-}
-
-/// `POST /dead-letters/{id}/replay` and `.../discard`.
-pub async fn dead_letter_action(
-    req: HttpRequest,
-    state: web::Data<HttpState>,
-    path: web::Path<(String, String)>,
-    form: web::Form<CsrfForm>,
-) -> HttpResponse {
-    if let Err(r) = auth::check_form(&req, &state, form.csrf.as_deref().unwrap_or("")).await {
-        return r;
-    }
-    let id = match Uuid::parse_str(&path.0) {
-        Ok(id) => id,
-        Err(_) => {
-            return failure(&Error::InvalidInput(format!(
-                "{:?} is not a dead letter id",
-                path.0
-            )));
-        }
-    };
-    let result = async {
-        let mut c = conn(&state).await?;
-        match path.1.as_str() {
-            "replay" => dead_letters::replay(&mut c, id).await.map(|r| match r {
-                dead_letters::Replayed::Applied { .. } => Notice::Replayed,
-                dead_letters::Replayed::RefusedAgain { .. } => Notice::RefusedAgain,
-            }),
-            "discard" => dead_letters::discard(&mut c, id)
-                .await
-                .map(|()| Notice::Discarded),
-            other => Err(Error::NotFound(format!("no action {other:?}"))),
-        }
-    }
-    .await;
-    let notice = match result {
-        Ok(n) => {
-            tracing::info!(dead_letter_id = %id, action = %path.1, "console: dead letter handled");
-            n.with(id)
-        }
-        Err(Error::Conflict(_)) => Notice::AlreadyResolved.with(id),
-        Err(Error::NotFound(_)) => Notice::NotFound.with(id),
-        Err(e) => return failure(&e),
-    };
-    redirect(&format!("/dead-letters?{notice}"))
-}
-
 /// What an action's redirect tells the page to say: a code and the id it concerns, never text
 /// from the link (a crafted link cannot put words in the console's mouth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -776,7 +509,7 @@ impl Notice {
     }
 
     /// The query string of a redirect: `notice=CODE&ref=UUID`.
-    fn with(self, id: Uuid) -> String {
+    pub(crate) fn with(self, id: Uuid) -> String {
         format!("notice={}&ref={id}", self.code())
     }
 

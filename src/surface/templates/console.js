@@ -1,12 +1,14 @@
 // Live refresh for the console: every few seconds, fetch this same page and swap in its live
-// region (#live), unless the operator is typing in a form or the tab is hidden. No library, no
-// external asset: the binary serves this file.
+// region (#live), unless the operator is typing in a form, has ticked rows for a bulk action
+// (a refresh would untick them), or the tab is hidden. No library, no external asset: the
+// binary serves this file.
 (function () {
   "use strict";
   var EVERY_MS = 5000;
   var stamp = document.getElementById("refreshed");
   function busy() {
     var a = document.activeElement;
+    if (document.querySelector("#live input[type=checkbox]:checked")) { return true; }
     return a && (a.tagName === "INPUT" || a.tagName === "SELECT" || a.tagName === "TEXTAREA");
   }
   function refresh() {
