@@ -10,7 +10,10 @@
 //!   demand without snapshot coverage, a consumer that trusts the wire, and three that are the
 //!   code before migration 000003: a retry claim without the limit, a plain demand that keeps
 //!   the failure count, an old build's failure counted against a new demand.
-//! - The model has no cycles, which is what makes its "eventually" exact.
+//! - Admission (`tests/model/admission.rs`): the fair order, the pauses and the fleet's cap keep
+//!   their properties at the default bound, and removing promotion, the permit's lock, the
+//!   pause rules or fair share each produces a counterexample.
+//! - Both models have no cycles, which is what makes their "eventually" exact.
 //! - `cargo test --release --test model_check -- --ignored` checks the larger bound.
 
 mod model;
