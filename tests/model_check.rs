@@ -10,27 +10,57 @@
 //!   demand without snapshot coverage, a consumer that trusts the wire, and three that are the
 //!   code before migration 000003: a retry claim without the limit, a plain demand that keeps
 //!   the failure count, an old build's failure counted against a new demand.
-//! - The model has no cycles, which is what makes its "eventually" exact.
+//! - Admission (`tests/model/admission.rs`): the fair order, the pauses and the fleet's cap keep
+//!   their properties at the default bound, and removing promotion, the permit's lock, the
+//!   pause rules or fair share each produces a counterexample.
+//! - Both models have no cycles, which is what makes their "eventually" exact.
 //! - `cargo test --release --test model_check -- --ignored` checks the larger bound.
 
 mod model;
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
+use model::admission::{self, Admission};
 use model::{Flaw, Rail, Trigger};
 use stateright::{Checker, HasDiscoveries, Model};
 
-/// Checks `rail` exhaustively (or until every property in `stop_at` has a discovery) and
+/// What a check prints first: the variant and its bound.
+trait Labelled {
+    fn label(&self) -> String;
+}
+
+impl Labelled for Rail {
+    fn label(&self) -> String {
+        format!(
+            "{:?}/{:?}: {} nodes, {} facts, {} faults",
+            self.trigger, self.flaw, self.nodes, self.facts, self.faults
+        )
+    }
+}
+
+impl Labelled for Admission {
+    fn label(&self) -> String {
+        format!(
+            "admission/{:?}: weights {:?}, {} nodes of {} slots, cap {}, {} demands, {} faults",
+            self.flaw, self.weights, self.nodes, self.slots, self.cap, self.demands, self.faults
+        )
+    }
+}
+
+/// Checks `model` exhaustively (or until every property in `stop_at` has a discovery) and
 /// prints what it explored.
-fn check(rail: Rail, stop_at: &[&'static str]) -> impl Checker<Rail> {
-    let label = format!(
-        "{:?}/{:?}: {} nodes, {} facts, {} faults",
-        rail.trigger, rail.flaw, rail.nodes, rail.facts, rail.faults
-    );
+fn check<M>(model: M, stop_at: &[&'static str]) -> impl Checker<M>
+where
+    M: Model + Labelled + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq + Debug,
+{
+    let label = model.label();
     let started = Instant::now();
-    let mut builder = rail.checker().threads(2);
+    let mut builder = model.checker().threads(2);
     if !stop_at.is_empty() {
         builder = builder.finish_when(HasDiscoveries::AllOf(
             stop_at.iter().copied().collect::<BTreeSet<_>>(),
@@ -51,8 +81,13 @@ fn check(rail: Rail, stop_at: &[&'static str]) -> impl Checker<Rail> {
 }
 
 /// Every always/eventually property holds on every schedule; every sometimes is reached.
-fn holds(rail: Rail) {
-    let checker = check(rail, &[]);
+fn holds<M>(model: M)
+where
+    M: Model + Labelled + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + Debug + 'static,
+    M::Action: Clone + PartialEq + Debug,
+{
+    let checker = check(model, &[]);
     assert!(
         checker.is_done(),
         "the check stopped before exploring every state"
@@ -61,8 +96,13 @@ fn holds(rail: Rail) {
 }
 
 /// The flaw is caught: each named property has a counterexample.
-fn caught(rail: Rail, properties: &[&'static str]) {
-    let checker = check(rail, properties);
+fn caught<M>(model: M, properties: &[&'static str])
+where
+    M: Model + Labelled + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq + Debug,
+{
+    let checker = check(model, properties);
     for p in properties {
         let path = checker
             .discovery(p)
@@ -260,6 +300,46 @@ fn the_cycle_search_finds_a_cycle_and_only_a_cycle() {
         Some(&0),
         "the cycle returns to the start: {cycle:?}"
     );
+}
+
+/// Admission (`tests/model/admission.rs`): the fair order and the cap keep every property on
+/// every schedule of the default bound, and each ordering rule's removal is caught.
+#[test]
+fn admission_keeps_the_order_the_cap_and_the_pauses() {
+    holds(Admission::default_bound());
+}
+
+/// Each ordering rule removed, and the permit decided without the rail row's lock, is caught
+/// by the property that rule exists for.
+#[test]
+fn admission_without_each_rule_has_a_counterexample() {
+    use admission::Flaw::*;
+    for (flaw, property) in [
+        // Background starves under interactive load.
+        (
+            NoPromotion,
+            "a promoted demand is passed only by a less loaded firm",
+        ),
+        // Two nodes both take the cap's last slot.
+        (PermitNotAtomic, "builds running never exceed the cap"),
+        (PauseIgnored, "no demand is granted while paused"),
+        // A firm's one upload waits behind another firm's backlog.
+        (
+            FairShareIgnored,
+            "a firm with nothing running waits behind no loaded firm",
+        ),
+    ] {
+        caught(Admission::default_bound().with_flaw(flaw), &[property]);
+    }
+}
+
+/// As `the_model_has_no_cycles`, for admission: its "eventually" is exact too.
+#[test]
+fn the_admission_model_has_no_cycles() {
+    match find_cycle(&Admission::default_bound()) {
+        Ok(states) => println!("admission: acyclic, {states} states"),
+        Err(cycle) => panic!("admission: a cycle: {cycle:?}"),
+    }
 }
 
 /// The larger bound, or `BRIEFRAIL_MODEL_BOUND=nodes,facts,faults` (at most 3 nodes, 4 facts):

@@ -54,6 +54,8 @@
 //! # Properties: see [`Rail::properties`]. Tokens order writes; they do not give mutual
 //! exclusion: "two builds of one matter run at once" is *reachable*, and must stay so.
 
+/// Who is served next when slots are scarce: a second, separate model.
+pub mod admission;
 pub mod ledger;
 pub mod state;
 
