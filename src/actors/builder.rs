@@ -429,19 +429,14 @@ async fn held_back(
         "builder asked to wait {:.1}s: {message}",
         retry_after.as_secs_f64()
     );
-    let wait = match env.pool.get().await {
-        Ok(mut c) => match limits::hold_builder(&mut c, retry_after, &reason).await {
-            Ok(wait) => wait,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not record the builder's hold");
-                retry_after.min(limits::MAX_BUILDER_HOLD)
-            }
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "no connection to record the builder's hold");
-            retry_after.min(limits::MAX_BUILDER_HOLD)
-        }
+    let recorded = async {
+        let mut c = env.pool.get().await?;
+        limits::hold_builder(&mut c, retry_after, &reason).await
     };
+    let wait = recorded.await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "could not record the builder's hold");
+        retry_after.min(limits::MAX_BUILDER_HOLD)
+    });
     env.admission.note_builder_hold(wait);
     match release(env, claim, &reason).await {
         BuildOutcome::Released => BuildOutcome::HeldBack(wait),
