@@ -68,13 +68,22 @@ async fn migrate_status_lists_applied_pending_and_newer_migrations_and_changes_n
         );
     }
 
-    // The newest migration's row gone: it is pending, and `--status` does not apply it.
+    // The newest migration undone (its row and what it built: the baseline's schemas when it
+    // is the only one): it is pending, and `--status` does not apply it.
     let newest = names.last().unwrap();
     let version: String = newest.split('_').next().unwrap().replace('-', "");
+    let down = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(newest)
+            .join("down.sql"),
+    )
+    .unwrap();
     let mut c = db.connection().await.unwrap();
     use diesel_async::SimpleAsyncConnection;
     c.batch_execute(&format!(
-        "DELETE FROM __diesel_schema_migrations WHERE version = '{version}';
+        "{down};
+         DELETE FROM __diesel_schema_migrations WHERE version = '{version}';
          INSERT INTO __diesel_schema_migrations (version) VALUES ('99991231000001')"
     ))
     .await

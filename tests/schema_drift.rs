@@ -163,6 +163,11 @@ const REGENERATE: &str = "BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test
 /// The catalog of schemas `ops` and `record` as `pg_dump --schema-only` prints it, without the
 /// functions (each has its own file) and without the lines naming pg_dump's version.
 fn catalog(url: &str) -> String {
+    dump(url, false)
+}
+
+/// [`catalog`], or with `functions` the whole of it: the functions' text and settings too.
+fn dump(url: &str, functions: bool) -> String {
     let bindir = std::process::Command::new("pg_config")
         .arg("--bindir")
         .output()
@@ -205,7 +210,7 @@ fn catalog(url: &str) -> String {
         .next()
         .unwrap_or("");
     for block in dump.split("\n--\n-- Name: ").skip(1) {
-        if block.contains("; Type: FUNCTION;") {
+        if !functions && block.contains("; Type: FUNCTION;") {
             continue;
         }
         text.push_str("\n--\n-- Name: ");
@@ -462,4 +467,176 @@ async fn every_migration_runs_up_down_and_up_again() {
     };
     admin::drop_database(&server, &name).await.expect("drop");
     outcome.unwrap_or_else(|e| panic!("migrations up, down, up: {e}"));
+}
+
+/// The commit whose migrations release 0.1.0 squashed into its baseline.
+const PRE_RELEASE_COMMIT: &str = "e9729f9cd59c303d80d59f6b1354509661af9bc0";
+
+/// The pre-release migrations, from git history, into `dir`; panics naming what is missing.
+fn pre_release_migrations(dir: &std::path::Path) -> std::path::PathBuf {
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let archive = std::process::Command::new("git")
+        .args(["-C", repo, "archive", PRE_RELEASE_COMMIT, "migrations"])
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs git, to read the pre-release migrations: {e}"));
+    assert!(
+        archive.status.success(),
+        "the repository at {repo} lacks commit {PRE_RELEASE_COMMIT}, which holds the pre-release \
+         migrations (a shallow clone? `git fetch --unshallow`): {}",
+        String::from_utf8_lossy(&archive.stderr)
+    );
+    std::fs::create_dir_all(dir).expect("scratch dir");
+    let mut tar = std::process::Command::new("tar")
+        .args(["-x", "-C"])
+        .arg(dir)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("this test needs tar, to unpack the pre-release migrations");
+    use std::io::Write;
+    tar.stdin
+        .take()
+        .expect("tar's stdin")
+        .write_all(&archive.stdout)
+        .expect("unpack");
+    assert!(tar.wait().expect("tar").success(), "tar failed");
+    dir.join("migrations")
+}
+
+/// A database the pre-release migrations built (by diesel's harness, from their files in git
+/// history, as a pre-release `briefrail migrate` did) has exactly the baseline's catalog, so
+/// `briefrail migrate` adopts it: the baseline is recorded without running, beside the squashed
+/// versions (so pre-release nodes keep serving), and nothing else changes. A database part-way through them is
+/// refused, naming its last version, and left as it was.
+#[tokio::test]
+async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
+    use briefrail::db::admin;
+    use briefrail::db::baseline::{BASELINE, PRE_RELEASE};
+    use briefrail::db::migrate::{self, MigrationState};
+    use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+    use diesel_async::{AsyncConnection as _, AsyncPgConnection, SimpleAsyncConnection};
+    use diesel_migrations::{FileBasedMigrations, MigrationHarness};
+
+    let scratch = common::scratch_dir("pre-release-migrations");
+    let files = pre_release_migrations(&scratch);
+    let server = briefrail::testing::server_url();
+    let name = format!(
+        "br_adopt_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let url = admin::with_database(&server, &name).expect("url");
+    admin::create_database_if_missing(&url)
+        .await
+        .expect("create an empty database");
+    let applied = {
+        let url = url.clone();
+        std::thread::spawn(move || -> Result<Vec<String>, String> {
+            let mut c =
+                <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
+                    .map_err(|e| e.to_string())?;
+            let source = FileBasedMigrations::from_path(&files).map_err(|e| e.to_string())?;
+            let done = c
+                .run_pending_migrations(source)
+                .map_err(|e| format!("the pre-release migrations: {e}"))?;
+            Ok(done.iter().map(|v| v.to_string()).collect())
+        })
+        .join()
+        .expect("the migration thread")
+    };
+    let outcome = async {
+        let applied = applied?;
+        if applied != PRE_RELEASE {
+            return Err(format!(
+                "briefrail::db::baseline::PRE_RELEASE lists {PRE_RELEASE:?}, the pre-release \
+                 commit's migrations are {applied:?}"
+            ));
+        }
+        let baseline = TestDb::new(1).await.map_err(|e| e.to_string())?;
+        let built = dump(&url, true);
+        if built != dump(&baseline.url, true) {
+            return Err(format!(
+                "the baseline's catalog is not the pre-release migrations' catalog: {}",
+                first_difference(&built, &dump(&baseline.url, true))
+            ));
+        }
+        let versions = |url: String| async move {
+            let mut c = AsyncPgConnection::establish(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            #[derive(diesel::QueryableByName)]
+            struct V {
+                #[diesel(sql_type = Text)]
+                version: String,
+            }
+            diesel::sql_query("SELECT version::text AS version FROM __diesel_schema_migrations ORDER BY 1")
+                .load::<V>(&mut c)
+                .await
+                .map(|v| v.into_iter().map(|v| v.version).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())
+        };
+
+        // Part-way: the newest four versions' rows gone. Refused, naming the last it has.
+        let mut c = AsyncPgConnection::establish(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+        let newest: Vec<String> = PRE_RELEASE[20..].iter().map(|v| format!("'{v}'")).collect();
+        c.batch_execute(&format!(
+            "CREATE TEMP TABLE gone AS SELECT * FROM __diesel_schema_migrations WHERE version IN ({0});
+             DELETE FROM __diesel_schema_migrations WHERE version IN ({0})",
+            newest.join(", ")
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+        let refused = migrate::run_pending(&url)
+            .await
+            .err()
+            .ok_or("a database part-way through the pre-release migrations was migrated")?
+            .to_string();
+        for needle in ["pre-release", PRE_RELEASE[19], PRE_RELEASE[23], "fresh database"] {
+            if !refused.contains(needle) {
+                return Err(format!("the refusal does not name {needle:?}: {refused}"));
+            }
+        }
+        if versions(url.clone()).await? != PRE_RELEASE[..20] {
+            return Err("the refusal changed the migrations table".into());
+        }
+
+        // All of them: adopted, and nothing of the catalog changes.
+        c.batch_execute("INSERT INTO __diesel_schema_migrations SELECT * FROM gone")
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = migrate::status(&url).await.map_err(|e| e.to_string())?;
+        let squashed = status
+            .iter()
+            .filter(|m| matches!(m.state, MigrationState::PreRelease { .. }))
+            .count();
+        if squashed != PRE_RELEASE.len() {
+            return Err(format!("status shows {squashed} pre-release versions: {status:?}"));
+        }
+        if migrate::require_current(&url).await.is_ok() {
+            return Err("a pre-release database passed as current before `migrate`".into());
+        }
+        let ran = migrate::run_pending(&url).await.map_err(|e| e.to_string())?;
+        if ran != [BASELINE] {
+            return Err(format!("adopting answered {ran:?}, not the baseline"));
+        }
+        let mut recorded = PRE_RELEASE.to_vec();
+        recorded.push(BASELINE);
+        if versions(url.clone()).await? != recorded {
+            return Err("after adoption the versions recorded are not the squashed ones and the baseline".into());
+        }
+        if dump(&url, true) != built {
+            return Err("adoption changed the catalog".into());
+        }
+        migrate::require_current(&url).await.map_err(|e| e.to_string())?;
+        // And again: nothing to do.
+        let again = migrate::run_pending(&url).await.map_err(|e| e.to_string())?;
+        if !again.is_empty() {
+            return Err(format!("a second `migrate` applied {again:?}"));
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    admin::drop_database(&server, &name).await.expect("drop");
+    let _ = std::fs::remove_dir_all(&scratch);
+    outcome.unwrap_or_else(|e| panic!("{e}"));
 }

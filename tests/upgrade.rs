@@ -41,9 +41,9 @@ use diesel::sql_types::{BigInt, Jsonb, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::RunQueryDsl;
 use uuid::Uuid;
 
-/// The last commit before the migrations this release adds; move it forward when a release
-/// ships.
-const PREVIOUS_RELEASE: &str = "06c63801e759001678802dd33668e66d9ffc7a97";
+/// The release this one upgrades from; move it forward to the tag when a release ships. For
+/// 0.1.0 it is the last pre-release build, whose migrations 0.1.0 squashed into its baseline.
+const PREVIOUS_RELEASE: &str = "e9729f9cd59c303d80d59f6b1354509661af9bc0";
 
 /// How many matters the facts are spread over.
 const MATTERS: usize = 40;
@@ -682,16 +682,25 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
          migrations this release adds (the previous release; it moves forward when a release \
          ships)"
     );
+    // A release only adds migrations after the previous release's; or the previous release is
+    // the pre-release build whose migrations this tree's baseline squashed, and adopts.
+    let squashed = previous.iter().map(|m| version(m)).collect::<Vec<_>>()
+        == briefrail::db::baseline::PRE_RELEASE
+        && <[String]>::first(&current).map(|m| version(m)).as_deref()
+            == Some(briefrail::db::baseline::BASELINE);
     assert!(
-        current.starts_with(&previous),
+        current.starts_with(&previous) || squashed,
         "the previous release's migrations must be a strict prefix of this tree's (a release \
-         only adds migrations, after the previous release's): previous release \
-         ({PREVIOUS_RELEASE}): {previous:?}; this tree: {current:?}"
+         only adds migrations, after the previous release's), or the pre-release ones this \
+         tree's baseline squashed: previous release ({PREVIOUS_RELEASE}): {previous:?}; this \
+         tree: {current:?}"
     );
-    let added: Vec<String> = current[previous.len()..]
-        .iter()
-        .map(|m| version(m))
-        .collect();
+    let added_dirs = if squashed {
+        &current[..]
+    } else {
+        &current[previous.len()..]
+    };
+    let added: Vec<String> = added_dirs.iter().map(|m| version(m)).collect();
     let old_binary = previous_release_binary();
     let new_binary = Path::new(env!("CARGO_BIN_EXE_briefrail"));
 
@@ -719,7 +728,7 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     let pending = db::migrate::pending(&url).await.unwrap();
     assert_eq!(pending, added, "only this release's migrations are pending");
     let status = migrate_status(new_binary, &url);
-    for m in &current[previous.len()..] {
+    for m in added_dirs {
         assert!(
             status
                 .lines()

@@ -14,13 +14,19 @@ use crate::error::{Error, Result};
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// Applies every pending migration to the database at `url`. Idempotent. Returns the versions
-/// it applied.
+/// it applied: the baseline among them when it adopted a database the pre-release migrations
+/// built ([`crate::db::baseline`]).
 pub async fn run_pending(url: &str) -> Result<Vec<String>> {
     on_migration_thread(url, |conn| {
-        let applied = conn
+        let mut applied = Vec::new();
+        if crate::db::baseline::adopt_pre_release(conn)? {
+            applied.push(crate::db::baseline::BASELINE.to_owned());
+        }
+        let ran = conn
             .run_pending_migrations(MIGRATIONS)
             .map_err(|e| Error::migration("applying the pending migrations", Some(e)))?;
-        Ok(applied.iter().map(|v| v.to_string()).collect())
+        applied.extend(ran.iter().map(|v| v.to_string()));
+        Ok(applied)
     })
     .await
 }
@@ -71,6 +77,9 @@ pub enum MigrationState {
     /// during a rolling upgrade (a release's migrations keep every statement the previous
     /// release calls); this binary runs beside it.
     AppliedByNewerRelease { run_on: chrono::NaiveDateTime },
+    /// Applied by a pre-release build: one of the migrations 0.1.0 squashed into its baseline
+    /// ([`crate::db::baseline`]), which `briefrail migrate` records as applied beside them.
+    PreRelease { run_on: chrono::NaiveDateTime },
 }
 
 /// One migration and where it stands.
@@ -183,9 +192,13 @@ async fn read_status(url: &str) -> Result<Vec<MigrationStatus>> {
             applied
                 .into_iter()
                 .map(|(version, run_on)| MigrationStatus {
+                    state: if crate::db::baseline::is_pre_release(&version) {
+                        MigrationState::PreRelease { run_on }
+                    } else {
+                        MigrationState::AppliedByNewerRelease { run_on }
+                    },
                     version,
                     name: None,
-                    state: MigrationState::AppliedByNewerRelease { run_on },
                 }),
         );
         out.sort_by(|a, b| a.version.cmp(&b.version));

@@ -1,7 +1,7 @@
 //! The ledger clock: the one time every statement of the ledger reads.
 //!
 //! `ops.now()` is `now()` plus the offset held in `ops.ledger_clock`, and `ops.clock()` is
-//! `clock_timestamp()` plus the same offset (`migrations/2026-12-01-000005_ledger_clock/up.sql`).
+//! `clock_timestamp()` plus the same offset (`src/ledger/live/now.sql`, `clock.sql`).
 //! Every lease deadline, backoff, quiet period, republication spacing and run stamp of the
 //! ledger is written and compared through them, and so are the defaults of the ledger's time
 //! columns: under any offset they agree with one another.

@@ -1,5 +1,5 @@
 //! Who is served next when build slots are scarce: a demand's class, the firms, the rail's
-//! pause, and the pick (`ops.fair_pick`, migration `…000023_fair_share`).
+//! pause, and the pick (`ops.fair_pick`, `src/ledger/live/fair_pick.sql`).
 //!
 //! The rail promises that counsel's upload is reflected in minutes whatever else the rail is
 //! doing. Serving demands in arrival order breaks that promise as soon as one firm imports in

@@ -1,5 +1,5 @@
 //! Limits toward the builder, shared by every node through the ledger's rail row
-//! (`ops.take_permit`, `ops.hold_builder`, migration `…000024_build_limits`).
+//! (`ops.take_permit`, `ops.hold_builder`, `src/ledger/live/take_permit.sql`, `hold_builder.sql`).
 //!
 //! A model endpoint accepts so many builds at once and so many a minute; each node counts only
 //! its own build slots, so a fleet sends it more than that and every refusal used to be a failed

@@ -1,8 +1,7 @@
 //! The transitions of the protocol (`docs/protocol.md`), one SQL statement each.
 //!
-//! Each statement lives in `migrations/2026-12-01-000005_ledger_clock/up.sql` (the one home of
-//! the live SQL: every function of schema `ops`, in full) as a SQL function of the same name,
-//! so diesel caches it as a prepared statement; this module is its only caller,
+//! Each statement is a SQL function of the same name (its text as it runs:
+//! `src/ledger/live/<name>.sql`), so diesel caches it as a prepared statement; this module is its only caller,
 //! `docs/protocol.md` describes each, and `tests/model/ledger.rs` mirrors each statement in the
 //! model check. Each reads time only through the ledger clock (`ops.now()`, `ops.clock()`:
 //! [`super::clock`]), which only tests move. Every function takes

@@ -525,6 +525,13 @@ pub fn render_migration_status(database: &str, status: &[db::migrate::MigrationS
     if newer > 0 {
         let _ = write!(out, ", {newer} applied by a newer release");
     }
+    let pre_release = count(|s| matches!(s, S::PreRelease { .. }));
+    if pre_release > 0 {
+        let _ = write!(
+            out,
+            ", {pre_release} pre-release squashed into the baseline"
+        );
+    }
     out.push('\n');
     for m in status {
         let name = m.name.as_deref().unwrap_or("-");
@@ -535,6 +542,12 @@ pub fn render_migration_status(database: &str, status: &[db::migrate::MigrationS
             S::AppliedByNewerRelease { run_on } => writeln!(
                 out,
                 "newer    {}  (run on {}; not in this binary: a newer release migrated, fine during a rolling upgrade)",
+                m.version,
+                when(run_on)
+            ),
+            S::PreRelease { run_on } => writeln!(
+                out,
+                "squashed {}  (run on {}; a pre-release migration, part of 0.1.0's baseline)",
                 m.version,
                 when(run_on)
             ),

@@ -320,14 +320,9 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "transitions_plan_by_statistics",
             breaks: "speed: a ledger analyzed while empty still reads each row by key",
-            // Migration 000012's own down: the transitions plan by the statistics alone again.
-            sql: || {
-                std::fs::read_to_string(
-                    Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .join("migrations/2026-12-02-000012_plans_by_key/down.sql"),
-                )
-                .expect("read migration 000012's down.sql")
-            },
+            // The transitions plan by the statistics alone again: their settings that forbid a
+            // sequential scan and a compiled plan reset.
+            sql: || PLANS_BY_STATISTICS.into(),
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
@@ -897,3 +892,24 @@ pub async fn assert_caught(binary: &str) {
     );
     assert!(killed > 0, "no mutation has a killer in {binary}");
 }
+
+/// The settings by which the transitions read each row by its key, reset (`apply_events` and
+/// `drain_outbox` keep `jit = off`): their plans are chosen by the statistics alone.
+const PLANS_BY_STATISTICS: &str = "\
+ALTER FUNCTION ops.is_archived(uuid, uuid) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.demand(uuid, uuid, bigint) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.apply_events(text, uuid[], text[]) RESET enable_seqscan;\n\
+ALTER FUNCTION ops.drain_outbox(text, integer, text[]) RESET enable_seqscan;\n\
+ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.claim_batch(uuid[], uuid[], double precision[], uuid[], text[], text[], text[], boolean[], integer[]) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.record_lost_claim(uuid, uuid) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.heartbeat(uuid, uuid, bigint, uuid) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.commit_claim(uuid, uuid, bigint, uuid, uuid, text) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.insert_frame(uuid, uuid, bigint, uuid, text) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.commit_frame(uuid, uuid, bigint, uuid, uuid, text, text) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.commit_frames(uuid[], uuid[], bigint[], uuid[], uuid[], text[], text[]) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.start_lease(uuid, uuid, uuid) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.fail_claim(uuid, uuid, bigint, uuid, text, boolean, integer, double precision, double precision) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.release_claim(uuid, uuid, bigint, uuid, text) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.record_fenced(uuid, text) RESET enable_seqscan RESET jit;\n\
+";

@@ -1,5 +1,5 @@
 //! The ledger's transitions, one function per SQL function of
-//! `migrations/2026-12-01-000005_ledger_clock/up.sql` (the live set; same names),
+//! `src/ledger/live/` (the functions as they run; same names),
 //! each applied atomically as the statement is. Comments quote the SQL clause each line
 //! mirrors.
 //!

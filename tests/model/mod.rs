@@ -7,7 +7,7 @@
 //!
 //! # What is modelled, and the statement each step mirrors
 //!
-//! | model action | what runs | SQL (`migrations/…000005_ledger_clock`, the live set) | Rust |
+//! | model action | what runs | SQL (`src/ledger/live/`) | Rust |
 //! |---|---|---|---|
 //! | `CommitFact` | the application records a fact and its outbox row in one transaction | `INSERT record.* ; INSERT ops.domain_event_outbox` | `ledger::facts` |
 //! | `Publish(f)` | the relay publishes an outbox row (confirmed) and marks it | `UPDATE … SET published_at` | `transport::amqp::relay` |
