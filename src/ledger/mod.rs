@@ -51,9 +51,9 @@ pub mod states;
 pub mod text;
 pub mod transitions;
 
+pub use crate::nudge::DemandClass;
 pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};
 pub use event_name::EventName;
-pub use fairness::DemandClass;
 pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
 pub use states::{ClaimKind, RunOutcome, RunStatus};
 pub use transitions::{ClaimOutcome, ClaimRequest, MatterRef, RetryPolicy};

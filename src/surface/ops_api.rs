@@ -19,11 +19,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::http::{HttpState, authorized, error_response, only, unauthorized};
 use super::selection::{self, DeadLetterFilter, MatterFilter, page_of};
 use crate::error::{Error, Result};
 use crate::ledger::console::{self, bulk::MAX_BULK};
 use crate::ledger::{dead_letters, presence};
+use crate::surface::web::access::bearer_ok;
+use crate::surface::web::responses::{error_response, only, unauthorized};
+use crate::surface::web::state::HttpState;
 
 /// The routes above, each answering 405 with `Allow` for another method.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -46,7 +48,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 /// A bulk body may name [`MAX_BULK`] pairs of ids: larger than other bodies.
 fn bulk_body() -> web::PayloadConfig {
-    web::PayloadConfig::default().limit(super::http::BULK_BODY_LIMIT)
+    web::PayloadConfig::default().limit(crate::surface::web::state::BULK_BODY_LIMIT)
 }
 
 /// `GET /api/matters`'s query: the matters page's filter and a page; any other name refused.
@@ -111,7 +113,7 @@ async fn matters(
     state: web::Data<HttpState>,
     query: web::Query<MattersQuery>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let max = state.settings.retry.max_attempts;
@@ -149,7 +151,7 @@ async fn retry_one(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let result = async {
@@ -190,7 +192,7 @@ async fn retry_many(
     state: web::Data<HttpState>,
     raw: web::Bytes,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -266,7 +268,7 @@ async fn dead(
     state: web::Data<HttpState>,
     query: web::Query<DeadQuery>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -299,7 +301,7 @@ struct DiscardBody {
 
 /// `POST /api/dead-letters/discard`: [`dead_letters::bulk::discard_many`].
 async fn discard(req: HttpRequest, state: web::Data<HttpState>, raw: web::Bytes) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -336,7 +338,7 @@ async fn discard(req: HttpRequest, state: web::Data<HttpState>, raw: web::Bytes)
 
 /// `GET /api/nodes`.
 async fn nodes(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(

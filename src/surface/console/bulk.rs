@@ -13,12 +13,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::auth;
-use super::pages::{conn, failure_as, redirect};
+use super::pages::{conn, redirect};
 use crate::error::{Error, Result};
 use crate::ledger::console::{self, bulk::MAX_BULK};
 use crate::ledger::dead_letters;
-use crate::surface::http::HttpState;
 use crate::surface::selection::{self, DeadLetterFilter, MatterFilter};
+use crate::surface::web::responses::failure_as;
+use crate::surface::web::state::HttpState;
 
 /// A form's fields, in order, repeated ones kept.
 struct Fields(Vec<(String, String)>);

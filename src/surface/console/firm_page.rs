@@ -6,11 +6,12 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::auth;
-use super::pages::{Chrome, conn, failure, page, seconds};
+use super::pages::{Chrome, conn, page, seconds};
 use crate::error::Error;
 use crate::ledger::console::{self, MatterState};
 use crate::ledger::fairness;
-use crate::surface::http::HttpState;
+use crate::surface::web::responses::failure;
+use crate::surface::web::state::HttpState;
 
 #[derive(askama::Template)]
 #[template(path = "firm.html")]

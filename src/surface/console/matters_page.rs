@@ -8,12 +8,13 @@ use serde::Deserialize;
 
 use super::auth;
 use super::bulk::BulkNotice;
-use super::pages::{Chrome, PAGE_SIZE, conn, failure, max_attempts, page, when};
+use super::pages::{Chrome, PAGE_SIZE, conn, max_attempts, page, when};
 use super::paging::Paging;
 use crate::error::Error;
 use crate::ledger::console::{self, MatterState};
-use crate::surface::http::HttpState;
 use crate::surface::selection::{MatterFilter, page_of};
+use crate::surface::web::responses::failure;
+use crate::surface::web::state::HttpState;
 
 #[derive(Deserialize)]
 pub struct MattersQuery {
