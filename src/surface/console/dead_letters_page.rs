@@ -108,7 +108,7 @@ pub async fn dead_letters_page(
         }),
         reason: reason.clone(),
         routing_key: routing_key.clone(),
-        max_bulk: crate::ledger::console::bulk::MAX_BULK,
+        max_bulk: crate::ledger::matters::bulk::MAX_BULK,
         postgres_transport: state.settings.transport.kind == crate::config::TransportKind::Postgres,
         rows: rows
             .iter()

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::auth::{self, Viewer};
 use super::brief_view::BriefView;
 use crate::error::{Error, Result};
-use crate::ledger::console::{self, MatterState};
+use crate::ledger::matters::{self, MatterState};
 use crate::ledger::{RunOutcome, RunRow, presence, reads};
 use crate::surface::web::access::token_matches;
 use crate::surface::web::responses::{failure, secure};
@@ -142,7 +142,7 @@ pub struct StateCount {
 struct OverviewPage {
     chrome: Chrome,
     states: Vec<StateCount>,
-    o: console::Overview,
+    o: matters::Overview,
     exhausted: i64,
     oldest: String,
     stranded: i64,
@@ -167,7 +167,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
     };
     let data = async {
         let mut c = conn(&state).await?;
-        let o = console::overview(&mut c, max_attempts(&state)).await?;
+        let o = matters::overview(&mut c, max_attempts(&state)).await?;
         let g = reads::gauges(&mut c).await?;
         let running = reads::recent_runs(&mut c, &[RunOutcome::Running], 50).await?;
         let trouble = reads::recent_runs(&mut c, RunOutcome::TROUBLE, 30).await?;
@@ -176,7 +176,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
             .chain(&trouble)
             .map(|r| (r.firm_id, r.matter_id))
             .collect();
-        let titles = console::titles(&mut c, &keys).await?;
+        let titles = matters::titles(&mut c, &keys).await?;
         let busiest = crate::ledger::fairness::busiest(&mut c, 1).await?;
         Ok::<_, Error>((o, g, running, trouble, titles, busiest))
     }
@@ -200,7 +200,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
         oldest: seconds(o.oldest_unpublished_seconds),
         stranded: g.stranded_events,
         owed: g.owed_facts,
-        owed_after: console::OWED_AFTER.as_secs(),
+        owed_after: matters::OWED_AFTER.as_secs(),
         oldest_owed: seconds(g.oldest_owed_seconds),
         oldest_event_days: format!("{:.1}", g.oldest_event_seconds / 86400.0),
         oldest_run_days: format!("{:.1}", g.oldest_run_seconds / 86400.0),
@@ -295,12 +295,12 @@ pub async fn matter(
         let record = crate::ledger::facts::matter(&mut c, firm, matter)
             .await?
             .ok_or_else(|| Error::NotFound(format!("matter {matter} of firm {firm}")))?;
-        let st = console::state_of(&mut c, firm, matter, max)
+        let st = matters::state_of(&mut c, firm, matter, max)
             .await?
             .unwrap_or(MatterState::Unserved);
         let status = reads::status(&mut c, firm, matter, 20).await?;
         let frame = reads::latest_frame(&mut c, firm, matter).await?;
-        let events = console::events_of(&mut c, firm, matter, 20).await?;
+        let events = matters::events_of(&mut c, firm, matter, 20).await?;
         Ok::<_, Error>((record, st, status, frame, events))
     }
     .await;
@@ -402,7 +402,7 @@ pub async fn matter_action(
     let result = async {
         let mut c = conn(&state).await?;
         match action {
-            "retry" => console::retry(&mut c, firm, matter, max_attempts(&state)).await,
+            "retry" => matters::retry(&mut c, firm, matter, max_attempts(&state)).await,
             "rebuild" => crate::ledger::facts::request_brief(&mut c, firm, matter).await,
             other => Err(Error::NotFound(format!("no action {other:?}"))),
         }
