@@ -12,6 +12,9 @@
 //! A source whose text may hold a URL's password (a driver's connection error, the broker's
 //! errors) is wrapped in [`Redacted`], whose `Display` removes it.
 
+pub mod unhealthy;
+pub mod unreachable;
+
 use std::fmt;
 
 use uuid::Uuid;
@@ -65,7 +68,7 @@ pub enum Error {
     /// The database could not be reached at all (a first connection refused, its credentials
     /// or its database name rejected): host, port and the cause the server or the OS gave.
     #[error(transparent)]
-    Unreachable(#[from] crate::db::unreachable::Unreachable),
+    Unreachable(#[from] unreachable::Unreachable),
 
     /// The database lacks migrations of this binary (none applied yet, or a newer binary's
     /// pending): nothing may run statements its schema does not have. Names the database as
@@ -85,7 +88,7 @@ pub enum Error {
 
     /// A node's HTTP surface is not healthy (`briefrail healthcheck`).
     #[error("unhealthy: {0}")]
-    Unhealthy(#[from] crate::surface::healthcheck::Unhealthy),
+    Unhealthy(#[from] unhealthy::Unhealthy),
 
     /// Applying migrations failed, or some are pending.
     #[error("migrations: {what}")]

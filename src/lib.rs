@@ -12,7 +12,7 @@
 //!    the matter's row, and then sends a [`nudge::Nudge`] (ids only) to the actors.
 //! 3. The [`actors`]: the supervisor routes the nudge to the matter's actor, which coalesces
 //!    demands and **claims** the row ([`ledger::transitions`]): the ledger hands out a fencing
-//!    token. A builder actor runs the [`builders::Builder`] with it, heartbeating the lease.
+//!    token. A build runner runs the [`builders::Builder`] with it, heartbeating the lease.
 //! 4. The **commit** ([`ledger::commit`]) lands the frame only if the token is still the row's
 //!    claim: a stalled worker's late commit is fenced ([`Error::Fenced`]) and writes nothing.
 //!    Demands that arrived during the build re-claim in the same statement.

@@ -1,7 +1,7 @@
 //! A node: the one way to start briefrail, for `briefrail run`, the demo, the benchmark, the
 //! tests and every embedding application.
 //!
-//! A node owns its actors (supervisor, builder pool, sweeper), its transport (the one its
+//! A node owns its actors (supervisor, build runners, sweeper), its transport (the one its
 //! settings name, delivering nudges to the actors) and, when asked, its surfaces (the HTTP admin
 //! endpoint: `.surface(briefrail::surface::http::admin())`). It starts them in the order that
 //! loses nothing (actors before the transport that feeds them) and stops them in one shutdown:

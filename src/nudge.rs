@@ -1,13 +1,16 @@
 //! The one message between the transport and the actors: go look at the ledger for this
 //! matter. It carries IDs and trace context only, never a fact: the ledger decides what it
 //! means. A transport needs only a `Recipient<Nudge>`, so it knows nothing of the actors.
+//!
+//! [`DemandClass`] lives here, below the ledger that stores it and the transports and actors
+//! that carry it, so that none of them reaches up for it.
 
 use std::time::Duration;
 
 use actix::Message;
 use uuid::Uuid;
 
-use crate::ledger::DemandClass;
+use crate::error::{Error, Result};
 
 /// A matter: what a nudge names and what the supervisor keys its actors by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,5 +65,56 @@ impl Nudge {
     pub fn recorded_ago(mut self, ago: Duration) -> Self {
         self.recorded_ago = Some(ago);
         self
+    }
+}
+
+/// Why a demand was made, which decides how urgently it is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum DemandClass {
+    /// Bulk or maintenance work: `brief request --all`, reconciliation, what an embedder marks
+    /// so. Served after interactive demands, never starved.
+    Background,
+    /// A user's action: an upload, a Regenerate click, the console's Rebuild.
+    #[default]
+    Interactive,
+}
+
+impl DemandClass {
+    /// The name the ledger stores (`demand_class`) and the CLI and the API take.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DemandClass::Background => "background",
+            DemandClass::Interactive => "interactive",
+        }
+    }
+
+    /// The class named `s`; an error naming the accepted names otherwise.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "background" => Ok(DemandClass::Background),
+            "interactive" => Ok(DemandClass::Interactive),
+            other => Err(Error::InvalidInput(format!(
+                "demand class {other:?} is not one of: interactive, background"
+            ))),
+        }
+    }
+
+    /// The class the ledger stored; an unknown name (a newer release's) counts as interactive,
+    /// so it is never served later than it would have been.
+    pub fn from_stored(s: &str) -> Self {
+        Self::parse(s).unwrap_or(DemandClass::Interactive)
+    }
+}
+
+impl std::fmt::Display for DemandClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DemandClass {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
     }
 }

@@ -393,13 +393,13 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
         let db = &db;
         async move {
             let mut c = db.pool.get().await.unwrap();
-            let a = briefrail::ledger::console::state_of(&mut c, firm, acme, 5)
+            let a = briefrail::ledger::matters::state_of(&mut c, firm, acme, 5)
                 .await
                 .unwrap();
-            let p = briefrail::ledger::console::state_of(&mut c, firm, stuck, 5)
+            let p = briefrail::ledger::matters::state_of(&mut c, firm, stuck, 5)
                 .await
                 .unwrap();
-            use briefrail::ledger::console::MatterState::*;
+            use briefrail::ledger::matters::MatterState::*;
             (a == Some(Fresh) && p == Some(RetriesExhausted)).then_some(())
         }
     })
@@ -529,12 +529,12 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
         let db = &db;
         async move {
             let mut c = db.pool.get().await.unwrap();
-            briefrail::ledger::console::state_of(&mut c, firm, m, 5)
+            briefrail::ledger::matters::state_of(&mut c, firm, m, 5)
                 .await
                 .unwrap()
         }
     };
-    use briefrail::ledger::console::MatterState::Fresh;
+    use briefrail::ledger::matters::MatterState::Fresh;
     common::eventually(Duration::from_secs(20), "the first Brief", || async {
         (state(paused_firm, first).await == Some(Fresh)).then_some(())
     })
@@ -640,12 +640,12 @@ async fn an_operator_retries_two_exhausted_matters_at_once() {
         let db = &db;
         async move {
             let mut c = db.pool.get().await.unwrap();
-            briefrail::ledger::console::state_of(&mut c, firm, m, 5)
+            briefrail::ledger::matters::state_of(&mut c, firm, m, 5)
                 .await
                 .unwrap()
         }
     };
-    use briefrail::ledger::console::MatterState::{Fresh, RetriesExhausted};
+    use briefrail::ledger::matters::MatterState::{Fresh, RetriesExhausted};
     common::eventually(
         Duration::from_secs(20),
         "three matters out of retries",

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
-use briefrail::ledger::console::MatterState;
+use briefrail::ledger::matters::MatterState;
 use briefrail::ledger::{dead_letters, facts};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
@@ -87,7 +87,7 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
         let mut c = db.pool.get().await.unwrap();
         let mut fresh = 0;
         for m in [acme, other] {
-            if briefrail::ledger::console::state_of(&mut c, firm, m, 5)
+            if briefrail::ledger::matters::state_of(&mut c, firm, m, 5)
                 .await
                 .unwrap()
                 == Some(MatterState::Fresh)
@@ -203,7 +203,7 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
         "the retried matter fresh",
         || async {
             let mut c = db.pool.get().await.unwrap();
-            (briefrail::ledger::console::state_of(&mut c, firm, other, 5)
+            (briefrail::ledger::matters::state_of(&mut c, firm, other, 5)
                 .await
                 .unwrap()
                 == Some(MatterState::Fresh))

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
-use briefrail::ledger::console::MatterState;
+use briefrail::ledger::matters::MatterState;
 use briefrail::ledger::{dead_letters, facts, reads};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
@@ -166,7 +166,7 @@ async fn matter_with_documents(
 
 async fn state(db: &TestDb, firm: Uuid, matter: Uuid) -> MatterState {
     let mut c = db.pool.get().await.unwrap();
-    briefrail::ledger::console::state_of(&mut c, firm, matter, 5)
+    briefrail::ledger::matters::state_of(&mut c, firm, matter, 5)
         .await
         .unwrap()
         .unwrap()

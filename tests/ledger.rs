@@ -1542,7 +1542,7 @@ async fn demands_for_one_matter_in_one_batch_each_reach_their_own_generation() {
 /// node died shows as failed (the sweep is about to record it so), never as a build in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_past_its_deadline_is_not_shown_as_running() {
-    use briefrail::ledger::console::{MatterState, state_of};
+    use briefrail::ledger::matters::{MatterState, state_of};
     let db = TestDb::new(2).await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut c = db.pool.get().await.unwrap();
@@ -1592,10 +1592,10 @@ async fn a_claim_handed_back_at_shutdown_is_released_not_failed() {
     assert_eq!((row.consecutive_failures, row.not_before), (0, None));
     assert_eq!(reads::gauges(&mut c).await.unwrap().failed_matters, 0);
     assert_eq!(
-        briefrail::ledger::console::state_of(&mut c, firm, matter, 5)
+        briefrail::ledger::matters::state_of(&mut c, firm, matter, 5)
             .await
             .unwrap(),
-        Some(briefrail::ledger::console::MatterState::Unserved)
+        Some(briefrail::ledger::matters::MatterState::Unserved)
     );
     let offered = t::unserved(&mut c, 5, 10, Duration::ZERO).await.unwrap();
     assert!(

@@ -179,7 +179,7 @@ async fn serves_and_stops(db: &TestDb, s: Settings, what: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The row is idle a moment before the node lets go of its claim.
-    while node.context().builders.held() > 0 {
+    while node.context().runners.held() > 0 {
         assert!(
             Instant::now() < deadline,
             "{what}: the claim is never let go"

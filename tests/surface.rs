@@ -636,15 +636,15 @@ async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
         .await
         .unwrap();
     drop(c);
-    use briefrail::ledger::console::MatterState;
+    use briefrail::ledger::matters::MatterState;
     eventually(Duration::from_secs(20), "the matters settled", || {
         let db = &db;
         async move {
             let mut c = db.pool.get().await.unwrap();
-            let a = briefrail::ledger::console::state_of(&mut c, firm, acme, 5)
+            let a = briefrail::ledger::matters::state_of(&mut c, firm, acme, 5)
                 .await
                 .unwrap();
-            let p = briefrail::ledger::console::state_of(&mut c, firm, stuck, 5)
+            let p = briefrail::ledger::matters::state_of(&mut c, firm, stuck, 5)
                 .await
                 .unwrap();
             (a == Some(MatterState::Fresh) && p == Some(MatterState::RetriesExhausted))

@@ -1618,7 +1618,7 @@ fn hex(bytes: &[u8]) -> String {
 /// `fresh`, and the gauges count it; once the trigger consumes it the matter is no longer owed.
 #[actix_rt::test]
 async fn a_published_fact_the_trigger_has_not_consumed_is_owed_not_fresh() {
-    use briefrail::ledger::console::{self, MatterState, OWED_AFTER};
+    use briefrail::ledger::matters::{self, MatterState, OWED_AFTER};
     let r = rig(Duration::from_secs(600)).await;
     let consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
@@ -1630,7 +1630,7 @@ async fn a_published_fact_the_trigger_has_not_consumed_is_owed_not_fresh() {
     until_served(&r.db, firm, matter, Duration::from_secs(20), "the matter").await;
     let state = async || {
         let mut c = r.db.pool.get().await.unwrap();
-        console::state_of(&mut c, firm, matter, 3).await.unwrap()
+        matters::state_of(&mut c, firm, matter, 3).await.unwrap()
     };
     assert_eq!(state().await, Some(MatterState::Fresh));
     consumer.send(briefrail::transport::Stop).await.unwrap();

@@ -292,13 +292,13 @@ impl briefrail::builders::Builder for NulFrame {
 /// then left to run out its lease with no error on the run.
 #[tokio::test]
 async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
-    use briefrail::actors::builder::{BuildEnv, BuildOutcome, run_build};
+    use briefrail::actors::build_runner::{BuildEnv, BuildOutcome, run_build};
     let db = TestDb::new(4).await.unwrap();
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let claim = demanded_claim(&mut c, firm, matter, Duration::from_secs(600)).await;
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
-    let capacity = briefrail::actors::builder::Capacity::new(1, 1);
+    let capacity = briefrail::actors::build_runner::Capacity::new(1, 1);
     let admission = briefrail::actors::admission::Admission::new(
         capacity.clone(),
         db.pool.clone(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::builder::BuilderPool;
+use super::build_runner::BuildRunners;
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::ledger::transitions::ClaimQueue;
@@ -17,8 +17,8 @@ pub struct NodeContext {
     pub pool: Pool,
     pub node_id: String,
     pub metrics: Arc<Metrics>,
-    /// The builder actors, their slots and the node's holds on claims.
-    pub builders: BuilderPool,
+    /// The build runners, their slots and the node's holds on claims.
+    pub runners: BuildRunners,
     /// Who takes the next hold: matters wait here in the ledger's fair order.
     pub admission: Arc<super::admission::Admission>,
     /// Where claims go: together with the others asked for at the same time (one statement).

@@ -20,7 +20,7 @@ use actix::prelude::*;
 use uuid::Uuid;
 
 use super::admission::Grant;
-use super::builder::{BuildDone, BuildOutcome, Hold, RunBuild};
+use super::build_runner::{BuildDone, BuildOutcome, Hold, RunBuild};
 use super::context::NodeContext;
 use crate::ledger::transitions::{self as t, ClaimOutcome, ClaimRequest, Landed};
 use crate::ledger::{Claim, ClaimKind, DemandClass};
@@ -163,7 +163,7 @@ impl MatterActor {
         };
         ctx.spawn(fut.into_actor(self).map(|started, act, ctx| match started {
             Some((claim, hold, trace_id, event_ids)) => {
-                act.node.builders.host().do_send(RunBuild {
+                act.node.runners.host().do_send(RunBuild {
                     claim,
                     trace_id,
                     event_ids,
@@ -378,7 +378,7 @@ impl Handler<BuildDone> for MatterActor {
                 }
                 // Every demand that piled up during the build is served by this one follow-up;
                 // nudges for them that are still pending add nothing.
-                self.node.builders.host().do_send(RunBuild {
+                self.node.runners.host().do_send(RunBuild {
                     claim: next,
                     trace_id: None,
                     event_ids: self.pending.take().map(|p| p.event_ids).unwrap_or_default(),

@@ -5,7 +5,7 @@
 //!                              │  hold, granted by Admission in the ledger's fair order
 //!                              │                      ▲ BuildDone (landed / follow-up / fenced / failed)
 //!                              ▼                      │
-//!                         BuilderActor: waits for one of builders.concurrency slots, builds,
+//!                         BuildRunner: waits for one of builders.concurrency slots, builds,
 //!                         frees the slot, commits (carries token, heartbeats from the claim on)
 //!  Sweeper ── sweep + reconcile on the ledger ─▶ nudges; retention passes beside
 //!  Presence ── the node's heartbeat in ops.nodes (the console's nodes page)
@@ -15,7 +15,7 @@
 //! or a restarted actor delays work and never loses or corrupts it.
 
 pub mod admission;
-pub mod builder;
+pub mod build_runner;
 pub mod capacity;
 pub mod context;
 pub mod liveness;

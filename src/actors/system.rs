@@ -1,4 +1,4 @@
-//! The actors of one node, wired to one ledger: supervisor, builder pool, sweeper. Started and
+//! The actors of one node, wired to one ledger: supervisor, build runners, sweeper. Started and
 //! stopped by [`crate::node::Node`], which adds the transport and the HTTP surface. Several
 //! nodes on one database are normal; exclusivity comes only from the ledger's tokens.
 //!
@@ -13,7 +13,7 @@ use actix::prelude::*;
 use tokio::sync::watch;
 
 use super::admission::Admission;
-use super::builder::{BuildEnv, BuilderPool, Capacity};
+use super::build_runner::{BuildEnv, BuildRunners, Capacity};
 pub use super::context::NodeContext;
 use super::presence::{Depart, Presence};
 use super::retention::RetentionReport;
@@ -61,7 +61,7 @@ pub struct Actors {
 }
 
 impl Actors {
-    /// Starts the supervisor, the builder pool and the sweeper on the current arbiter.
+    /// Starts the supervisor, the build runners and the sweeper on the current arbiter.
     pub fn start(settings: Arc<Settings>, pool: Pool, opts: ActorOptions) -> Self {
         let (draining_tx, draining) = watch::channel(false);
         let (cancel_tx, cancel) = watch::channel(false);
@@ -93,7 +93,7 @@ impl Actors {
             admission: admission.clone(),
             cancel,
         });
-        let builders = BuilderPool::start(env);
+        let runners = BuildRunners::start(env);
         actix::spawn(admission.clone().run(draining.clone()));
         let context = Arc::new(NodeContext {
             admission,
@@ -102,7 +102,7 @@ impl Actors {
             pool,
             node_id,
             metrics: opts.metrics,
-            builders,
+            runners,
             draining,
             liveness: Default::default(),
         });
@@ -114,8 +114,8 @@ impl Actors {
         )
         .start();
         let presence = Presence::new(context.clone()).start();
-        tracing::info!(node_id = %context.node_id, builders = context.builders.size(),
-                       held_claims = context.builders.max_held(), "actors started");
+        tracing::info!(node_id = %context.node_id, builders = context.runners.size(),
+                       held_claims = context.runners.max_held(), "actors started");
         Self {
             context,
             supervisor,
@@ -190,21 +190,21 @@ impl Actors {
     pub async fn drain(&self, grace: Duration) -> bool {
         tracing::info!(
             grace_s = grace.as_secs_f64(),
-            busy = self.context.builders.busy(),
-            held = self.context.builders.held(),
+            busy = self.context.runners.busy(),
+            held = self.context.runners.held(),
             "shutdown: draining"
         );
         let _ = self.draining.send(true);
-        let drained = self.context.builders.wait_idle(grace).await;
+        let drained = self.context.runners.wait_idle(grace).await;
         if !drained {
             tracing::warn!(
-                busy = self.context.builders.busy(),
-                held = self.context.builders.held(),
+                busy = self.context.runners.busy(),
+                held = self.context.runners.held(),
                 "grace passed: cancelling in-flight builds"
             );
             let _ = self.cancel.send(true);
             self.context
-                .builders
+                .runners
                 .wait_idle(Duration::from_secs(10))
                 .await;
         }

@@ -6,7 +6,7 @@
 //!   on stdin, frame on stdout.
 //! * [`http::HttpBuilder`]: a POST of the context to `builder.url`, frame from the response.
 //!
-//! A build never writes to the ledger itself: it returns a [`Frame`], and the builder actor
+//! A build never writes to the ledger itself: it returns a [`Frame`], and the build runner
 //! commits it with the token (and any [`crate::ledger::ExtraWrites`] the frame carries). A
 //! builder that is overloaded returns [`crate::Error::Backpressure`] ([`backpressure`]): the
 //! claim goes back without spending a retry, and the rail waits as asked. A

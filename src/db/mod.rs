@@ -12,6 +12,5 @@ pub mod migrate;
 pub mod pool;
 pub mod prepared;
 pub mod reach;
-pub mod unreachable;
 
 pub use pool::{Conn, Pool, PoolOptions, connect};

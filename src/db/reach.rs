@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-pub use super::unreachable::{Reason, Unreachable};
+pub use crate::error::unreachable::{Reason, Unreachable};
 use crate::error::{Error, Result};
 
 /// How long a first connection may take: a checkout of the pool waits as long.

@@ -142,7 +142,7 @@ impl DeadFilter {
     fn pattern(t: &Option<String>) -> Option<String> {
         t.as_deref()
             .filter(|t| !t.trim().is_empty())
-            .map(super::console::like_pattern)
+            .map(super::matters::like_pattern)
     }
 }
 

@@ -8,10 +8,10 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::event_name::EventName;
-use super::fairness::DemandClass;
 use super::models::MatterRow;
 use super::outbox::{NewEvent, record_event};
 use crate::error::{Error, Result};
+use crate::nudge::DemandClass;
 use crate::schema::record;
 
 /// A document as uploaded.

@@ -25,58 +25,8 @@ use uuid::Uuid;
 
 use crate::db::prepared::prepared;
 use crate::error::{Error, Result};
+pub use crate::nudge::DemandClass;
 use crate::schema::ops;
-
-/// Why a demand was made, which decides how urgently it is served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum DemandClass {
-    /// Bulk or maintenance work: `brief request --all`, reconciliation, what an embedder marks
-    /// so. Served after interactive demands, never starved.
-    Background,
-    /// A user's action: an upload, a Regenerate click, the console's Rebuild.
-    #[default]
-    Interactive,
-}
-
-impl DemandClass {
-    /// The name the ledger stores (`demand_class`) and the CLI and the API take.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DemandClass::Background => "background",
-            DemandClass::Interactive => "interactive",
-        }
-    }
-
-    /// The class named `s`; an error naming the accepted names otherwise.
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "background" => Ok(DemandClass::Background),
-            "interactive" => Ok(DemandClass::Interactive),
-            other => Err(Error::InvalidInput(format!(
-                "demand class {other:?} is not one of: interactive, background"
-            ))),
-        }
-    }
-
-    /// The class the ledger stored; an unknown name (a newer release's) counts as interactive,
-    /// so it is never served later than it would have been.
-    pub fn from_stored(s: &str) -> Self {
-        Self::parse(s).unwrap_or(DemandClass::Interactive)
-    }
-}
-
-impl std::fmt::Display for DemandClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for DemandClass {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::parse(s)
-    }
-}
 
 /// The most weight a firm may have (and the least is 1): the same bound as the table's CHECK.
 pub const MAX_WEIGHT: i32 = 1000;

@@ -60,7 +60,7 @@ pub struct Fact {
     /// clock, where the trigger asked (`None`: unknown). Its nudge's debounce counts from then.
     pub recorded_ago: Option<std::time::Duration>,
     /// How urgently its demand is served, as the fact's row records it.
-    pub class: super::fairness::DemandClass,
+    pub class: crate::nudge::DemandClass,
 }
 
 impl Fact {
@@ -72,7 +72,7 @@ impl Fact {
             matter_id: row.matter_id,
             traceparent: row.traceparent.clone(),
             recorded_ago: None,
-            class: super::fairness::DemandClass::from_stored(&row.demand_class),
+            class: crate::nudge::DemandClass::from_stored(&row.demand_class),
         }
     }
 }

@@ -24,8 +24,9 @@
 //! * [`reads`]: what operators and tests look at.
 //! * [`retention`]: what the sweeper removes once no guarantee needs it.
 //! * [`text`]: text from outside made storable (Postgres `text` refuses NUL).
-//! * [`console`], [`presence`], [`dead_letters`], [`sessions`]: what the operator console
-//!   reads and does (matter states, retry; nodes; refused messages; browser sessions).
+//! * [`matters`], [`presence`], [`dead_letters`], [`sessions`]: what an operator reads and
+//!   does, from the console or the CLI (matter states, retry; nodes; refused messages;
+//!   browser sessions).
 //!
 //! Tokens order writes; they do not give mutual exclusion. A zombie and its successor can
 //! build at the same time; only the successor's commit lands, and the zombie learns at its
@@ -33,13 +34,13 @@
 
 pub mod clock;
 pub mod commit;
-pub mod console;
 pub mod dead_letters;
 pub mod event_name;
 pub mod facts;
 pub mod fairness;
 pub mod inbox;
 pub mod limits;
+pub mod matters;
 pub mod models;
 pub mod outbox;
 pub mod presence;
@@ -51,9 +52,9 @@ pub mod states;
 pub mod text;
 pub mod transitions;
 
+pub use crate::nudge::DemandClass;
 pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};
 pub use event_name::EventName;
-pub use fairness::DemandClass;
 pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
 pub use states::{ClaimKind, RunOutcome, RunStatus};
 pub use transitions::{ClaimOutcome, ClaimRequest, MatterRef, RetryPolicy};

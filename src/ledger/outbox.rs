@@ -12,9 +12,9 @@ use uuid::Uuid;
 
 use super::clock::ledger_now;
 use super::event_name::EventName;
-use super::fairness::DemandClass;
 use crate::db::prepared::prepared;
 use crate::error::Result;
+use crate::nudge::DemandClass;
 use crate::schema::ops;
 use crate::trace::Traceparent;
 

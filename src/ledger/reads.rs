@@ -182,7 +182,7 @@ pub struct LedgerGauges {
     /// still has not consumed: facts that may be missing from a Brief. Alert on any.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub stranded_events: i64,
-    /// Published facts recorded over [`super::console::OWED_AFTER`] ago that the trigger has
+    /// Published facts recorded over [`super::matters::OWED_AFTER`] ago that the trigger has
     /// not consumed: facts a Brief may be missing while its matter looks served. Alert on a
     /// value that stays above 0.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -233,7 +233,7 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
     )
     .bind::<diesel::sql_types::Integer, _>(super::outbox::REPUBLISH_CAP)
     .bind::<diesel::sql_types::Text, _>(super::models::BRIEF_RAIL)
-    .bind::<diesel::sql_types::Double, _>(super::console::OWED_AFTER.as_secs_f64())
+    .bind::<diesel::sql_types::Double, _>(super::matters::OWED_AFTER.as_secs_f64())
     .bind::<diesel::sql_types::Double, _>(super::outbox::RECONCILE_WINDOW.as_secs_f64())
     .get_result(conn)
     .await?)

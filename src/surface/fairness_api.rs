@@ -15,10 +15,12 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
 
-use super::http::{HttpState, error_response, only, unauthorized};
 use crate::error::{Error, Result};
 use crate::ledger::fairness::{self, FirmSettings};
 use crate::ledger::limits::{self, LimitsStatus};
+use crate::surface::web::access::bearer_ok;
+use crate::surface::web::responses::{error_response, method_not_allowed, only, unauthorized};
+use crate::surface::web::state::HttpState;
 
 /// The routes above, each answering 405 with `Allow` for another method.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -27,7 +29,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             web::resource("/api/firms/{firm}")
                 .route(web::get().to(show))
                 .route(web::put().to(set))
-                .default_service(web::to(|| super::http::method_not_allowed("GET, PUT"))),
+                .default_service(web::to(|| method_not_allowed("GET, PUT"))),
         )
         .service(only(
             "/api/firms/{firm}/{action:pause|resume}",
@@ -65,7 +67,7 @@ fn answer<T: serde::Serialize>(r: Result<T>) -> HttpResponse {
 }
 
 async fn list(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -82,7 +84,7 @@ async fn show(
     state: web::Data<HttpState>,
     path: web::Path<String>,
 ) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -103,7 +105,7 @@ async fn set(
     path: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let body: FirmBody = match serde_json::from_slice(&body) {
@@ -126,7 +128,7 @@ async fn pause_firm(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let (firm, action) = path.into_inner();
@@ -152,7 +154,7 @@ async fn set_and_show(
 }
 
 async fn rail(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -175,7 +177,7 @@ async fn pause_rail(
     state: web::Data<HttpState>,
     path: web::Path<String>,
 ) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let paused = path.as_str() == "pause";
@@ -225,7 +227,7 @@ async fn set_limits(
     state: web::Data<HttpState>,
     body: web::Bytes,
 ) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let body = match serde_json::from_slice::<serde_json::Value>(&body) {
@@ -258,7 +260,7 @@ async fn set_limits(
 }
 
 async fn release_builder(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
-    if !super::http::authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(

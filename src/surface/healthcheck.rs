@@ -11,28 +11,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Why the node is not healthy.
-#[derive(Debug, thiserror::Error)]
-pub enum Unhealthy {
-    /// Nothing accepted the connection (no node, or one bound elsewhere).
-    #[error("nothing answers at {url} (http.bind {bind}): {source}")]
-    Unreachable {
-        url: String,
-        bind: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The node did not answer in time (stalled, or overloaded).
-    #[error("no answer from {url} within {seconds} s")]
-    TimedOut { url: String, seconds: f64 },
-    /// It answered, but not 200: its body says what is not ready (`/readyz`'s JSON).
-    #[error("{url} answered {status}: {body}")]
-    NotOk {
-        url: String,
-        status: String,
-        body: String,
-    },
-}
+pub use crate::error::unhealthy::Unhealthy;
 
 /// The address to ask for a node bound to `bind`: loopback for an unspecified address.
 pub fn target(bind: SocketAddr) -> SocketAddr {

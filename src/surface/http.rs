@@ -18,29 +18,18 @@
 //! validation). A wrong method answers 405 with `Allow`; a body over [`BODY_LIMIT`] 413.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use actix_web::dev::ServerHandle;
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::config::{Settings, TransportKind};
-use crate::db::Pool;
+use crate::config::TransportKind;
 use crate::error::{Error, Result};
 use crate::ledger::{DemandClass, facts, fairness, reads};
-use crate::metrics::Metrics;
-
-/// What the handlers share.
-pub struct HttpState {
-    pub settings: Arc<Settings>,
-    pub pool: Pool,
-    pub metrics: Arc<Metrics>,
-    pub node_id: String,
-    /// The node's long-lived actors that died: any makes the node not ready.
-    pub liveness: crate::actors::liveness::Liveness,
-}
+use crate::surface::web::access::bearer_ok;
+use crate::surface::web::responses::{error_response, only, unauthorized};
+pub use crate::surface::web::state::{BODY_LIMIT, BULK_BODY_LIMIT, HttpState};
 
 /// The HTTP admin endpoint as a node's surface: `Node::builder(..).surface(admin())` binds
 /// `http.bind` once the actors run and stops the server last at shutdown.
@@ -84,10 +73,12 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
             .app_data(
                 web::FormConfig::default()
                     .limit(BODY_LIMIT)
-                    .error_handler(crate::surface::bad_input::form),
+                    .error_handler(crate::surface::web::bad_input::form),
             )
             .app_data(web::PayloadConfig::default().limit(BODY_LIMIT))
-            .app_data(web::QueryConfig::default().error_handler(crate::surface::bad_input::query))
+            .app_data(
+                web::QueryConfig::default().error_handler(crate::surface::web::bad_input::query),
+            )
             .wrap_fn(|req, srv| {
                 // Refused before a handler runs, whatever the route reads.
                 let limit = body_limit(req.path());
@@ -156,14 +147,6 @@ pub fn serve(state: HttpState) -> Result<(SocketAddr, ServerHandle)> {
     Ok((addr, handle))
 }
 
-/// The largest request body any route accepts (the console's forms are a few hundred bytes),
-/// but the bulk actions.
-pub const BODY_LIMIT: usize = 16 * 1024;
-
-/// The largest body of a bulk action of the API: `MAX_BULK` pairs of ids as JSON (about 95
-/// bytes each), with room, so a list one over the cap is answered 422 naming the cap, not 413.
-pub const BULK_BODY_LIMIT: usize = 160 * 1024;
-
 /// The routes that take [`BULK_BODY_LIMIT`].
 const BULK_PATHS: &[&str] = &["/api/matters/retry", "/api/dead-letters/discard"];
 
@@ -175,54 +158,13 @@ fn body_limit(path: &str) -> usize {
     }
 }
 
-/// A resource answering `route` for its one method, and 405 with `Allow: allow` otherwise.
-pub fn only(path: &str, allow: &'static str, route: actix_web::Route) -> actix_web::Resource {
-    web::resource(path)
-        .route(route)
-        .default_service(web::to(move || method_not_allowed(allow)))
-}
-
-pub async fn method_not_allowed(allow: &'static str) -> HttpResponse {
-    HttpResponse::MethodNotAllowed()
-        .insert_header((actix_web::http::header::ALLOW, allow))
-        .json(json!({"error": format!("method not allowed here; allowed: {allow}")}))
-}
-
-pub(crate) fn authorized(req: &HttpRequest, state: &HttpState) -> bool {
-    crate::surface::console::auth::bearer_ok(req, state)
-}
-
-pub fn unauthorized() -> HttpResponse {
-    HttpResponse::Unauthorized()
-        .insert_header(("www-authenticate", "Bearer"))
-        .json(json!({"error": "missing or wrong bearer token"}))
-}
-
-/// The status of an error, by its kind; `input` is what bad input answers (422 for the JSON
-/// API, 400 for a page).
-pub fn status_of(e: &Error, input: StatusCode) -> StatusCode {
-    use crate::error::ErrorKind;
-    match (e, e.kind()) {
-        (Error::NotFound(_), _) => StatusCode::NOT_FOUND,
-        (_, ErrorKind::Input) => input,
-        (_, ErrorKind::Conflict) => StatusCode::CONFLICT,
-        (_, ErrorKind::Transient) => StatusCode::SERVICE_UNAVAILABLE,
-        (_, ErrorKind::Internal) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-pub(crate) fn error_response(e: &Error) -> HttpResponse {
-    HttpResponse::build(status_of(e, StatusCode::UNPROCESSABLE_ENTITY))
-        .json(json!({"error": crate::secret::redact_urls(&e.to_string())}))
-}
-
 /// The bearer token, then the path's ids: what every `/api` handler checks first.
 fn admit(
     req: &HttpRequest,
     state: &HttpState,
     path: &(String, String),
 ) -> std::result::Result<(Uuid, Uuid), HttpResponse> {
-    if !authorized(req, state) {
+    if !bearer_ok(req, state) {
         return Err(unauthorized());
     }
     ids(path)

@@ -2,8 +2,6 @@
 //! endpoint (`feature = "http"`), the logs, `run`, which serves one node until told to stop, and
 //! the health check a container runs against it (`healthcheck`).
 
-#[cfg(feature = "http")]
-pub mod bad_input;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "http")]
@@ -22,3 +20,5 @@ pub mod ops_api;
 pub mod run;
 #[cfg(feature = "http")]
 pub mod selection;
+#[cfg(feature = "http")]
+pub mod web;

@@ -19,11 +19,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::http::{HttpState, authorized, error_response, only, unauthorized};
 use super::selection::{self, DeadLetterFilter, MatterFilter, page_of};
 use crate::error::{Error, Result};
-use crate::ledger::console::{self, bulk::MAX_BULK};
+use crate::ledger::matters::{self, bulk::MAX_BULK};
 use crate::ledger::{dead_letters, presence};
+use crate::surface::web::access::bearer_ok;
+use crate::surface::web::responses::{error_response, only, unauthorized};
+use crate::surface::web::state::HttpState;
 
 /// The routes above, each answering 405 with `Allow` for another method.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -46,7 +48,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 /// A bulk body may name [`MAX_BULK`] pairs of ids: larger than other bodies.
 fn bulk_body() -> web::PayloadConfig {
-    web::PayloadConfig::default().limit(super::http::BULK_BODY_LIMIT)
+    web::PayloadConfig::default().limit(crate::surface::web::state::BULK_BODY_LIMIT)
 }
 
 /// `GET /api/matters`'s query: the matters page's filter and a page; any other name refused.
@@ -111,7 +113,7 @@ async fn matters(
     state: web::Data<HttpState>,
     query: web::Query<MattersQuery>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let max = state.settings.retry.max_attempts;
@@ -125,10 +127,10 @@ async fn matters(
             };
             let mut c = state.pool.get().await?;
             let mut q = filter.query(&mut c).await?;
-            let total = console::count(&mut c, &q, max).await?;
+            let total = matters::count(&mut c, &q, max).await?;
             q.limit = per;
             q.offset = offset;
-            let (rows, more) = console::search(&mut c, &q, max).await?;
+            let (rows, more) = matters::search(&mut c, &q, max).await?;
             let rows: Vec<_> = rows
                 .iter()
                 .map(|m| {
@@ -143,20 +145,20 @@ async fn matters(
     )
 }
 
-/// `POST /api/matters/{firm}/{matter}/retry`: [`console::retry`].
+/// `POST /api/matters/{firm}/{matter}/retry`: [`matters::retry`].
 async fn retry_one(
     req: HttpRequest,
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     let result = async {
         let firm = selection::uuid("firm", &path.0)?;
         let matter = selection::uuid("matter", &path.1)?;
         let mut c = state.pool.get().await?;
-        let event = console::retry(&mut c, firm, matter, state.settings.retry.max_attempts).await?;
+        let event = matters::retry(&mut c, firm, matter, state.settings.retry.max_attempts).await?;
         tracing::info!(%firm, %matter, %event, "api: retry recorded");
         Ok::<_, Error>(json!({"firm_id": firm, "matter_id": matter, "event_id": event}))
     }
@@ -184,13 +186,13 @@ struct MatterKey {
     matter: String,
 }
 
-/// `POST /api/matters/retry`: [`console::bulk::retry_exhausted`].
+/// `POST /api/matters/retry`: [`matters::bulk::retry_exhausted`].
 async fn retry_many(
     req: HttpRequest,
     state: web::Data<HttpState>,
     raw: web::Bytes,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -199,7 +201,7 @@ async fn retry_many(
                 &raw,
                 "a bulk retry ({\"matters\": [...]} or {\"filter\": {...}})",
             )?;
-            let cap = console::bulk::cap(b.limit)?;
+            let cap = matters::bulk::cap(b.limit)?;
             let mut c = state.pool.get().await?;
             let nothing = names_nothing(
                 "matters to retry",
@@ -210,7 +212,7 @@ async fn retry_many(
             let selection = match list_or_filter(b.matters, b.filter, nothing)? {
                 Ok(list) => {
                     // Counted before any id is read: a long list costs nothing.
-                    console::bulk::within_cap("matters", list.len(), cap)?;
+                    matters::bulk::within_cap("matters", list.len(), cap)?;
                     let keys = list
                         .iter()
                         .enumerate()
@@ -221,11 +223,11 @@ async fn retry_many(
                             ))
                         })
                         .collect::<Result<Vec<_>>>()?;
-                    console::bulk::Selection::Matters(keys)
+                    matters::bulk::Selection::Matters(keys)
                 }
-                Err(f) => console::bulk::Selection::Filter(f.query(&mut c).await?),
+                Err(f) => matters::bulk::Selection::Filter(f.query(&mut c).await?),
             };
-            console::bulk::retry_exhausted(
+            matters::bulk::retry_exhausted(
                 &mut c,
                 &selection,
                 cap,
@@ -266,7 +268,7 @@ async fn dead(
     state: web::Data<HttpState>,
     query: web::Query<DeadQuery>,
 ) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -299,7 +301,7 @@ struct DiscardBody {
 
 /// `POST /api/dead-letters/discard`: [`dead_letters::bulk::discard_many`].
 async fn discard(req: HttpRequest, state: web::Data<HttpState>, raw: web::Bytes) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(
@@ -308,7 +310,7 @@ async fn discard(req: HttpRequest, state: web::Data<HttpState>, raw: web::Bytes)
                 &raw,
                 "a bulk discard ({\"ids\": [...]} or {\"filter\": {...}})",
             )?;
-            let cap = console::bulk::cap(b.limit)?;
+            let cap = matters::bulk::cap(b.limit)?;
             let nothing = names_nothing(
                 "dead letters to discard",
                 "ids",
@@ -317,7 +319,7 @@ async fn discard(req: HttpRequest, state: web::Data<HttpState>, raw: web::Bytes)
             );
             let selection = match list_or_filter(b.ids, b.filter, nothing)? {
                 Ok(ids) => {
-                    console::bulk::within_cap("dead letters", ids.len(), cap)?;
+                    matters::bulk::within_cap("dead letters", ids.len(), cap)?;
                     let ids = ids
                         .iter()
                         .enumerate()
@@ -336,7 +338,7 @@ async fn discard(req: HttpRequest, state: web::Data<HttpState>, raw: web::Bytes)
 
 /// `GET /api/nodes`.
 async fn nodes(req: HttpRequest, state: web::Data<HttpState>) -> HttpResponse {
-    if !authorized(&req, &state) {
+    if !bearer_ok(&req, &state) {
         return unauthorized();
     }
     answer(

@@ -8,9 +8,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::ledger::console::{MatterQuery, MatterState};
 use crate::ledger::dead_letters::DeadFilter;
 use crate::ledger::fairness;
+use crate::ledger::matters::{MatterQuery, MatterState};
 
 /// The matters page's filter (`?q=&state=&firm=`), and a bulk retry's.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -5,13 +5,14 @@
 //! polls every `relay.poll_ms` in case a notification was missed (a dropped listener).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
 
 use super::Stop;
+use crate::backoff::Reconnect;
 use crate::db::Pool;
 use crate::error::{Error, Result};
 use crate::ledger::inbox::{self, BRIEF_RAIL};
@@ -52,15 +53,18 @@ impl Actor for PgTransport {
     }
 }
 
+/// The listen-and-drain loop: a lost listener is reopened after the shared reconnect wait
+/// (the relay's bounds), which starts over once a session has lasted.
 async fn listen_loop(opts: PgTransportOptions, nudges: Recipient<Nudge>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut wait = Reconnect::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
+        let started = Instant::now();
         match listen(&opts, &nudges).await {
             Ok(()) => return,
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "embedded transport: listener lost");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                let pause = wait.after(started.elapsed());
+                tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "embedded transport: listener lost");
+                tokio::time::sleep(pause).await;
             }
         }
     }

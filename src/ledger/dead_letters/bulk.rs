@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{DeadFilter, FILTERED};
 use crate::error::Result;
-use crate::ledger::console::bulk::named;
+use crate::ledger::matters::bulk::named;
 
 /// Which dead letters to discard.
 #[derive(Debug, Clone)]

@@ -15,11 +15,12 @@
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
-use subtle::ConstantTimeEq;
 
 use crate::error::Result;
 use crate::ledger::sessions::{self, Session};
-use crate::surface::http::HttpState;
+use crate::surface::web::access::{bearer_ok, loopback_host, raw_host, token_matches};
+use crate::surface::web::responses::{failure, unauthorized};
+use crate::surface::web::state::HttpState;
 
 pub const COOKIE: &str = "briefrail_session";
 
@@ -36,27 +37,6 @@ impl Viewer {
     pub fn csrf(&self) -> &str {
         self.session.as_ref().map_or("", |s| s.csrf_token.as_str())
     }
-}
-
-/// Whether the request carries the admin bearer token (`Bearer`, any case).
-pub fn bearer_ok(req: &HttpRequest, state: &HttpState) -> bool {
-    let token = state.settings.http.token.trim();
-    if token.is_empty() {
-        return loopback_host(req);
-    }
-    req.headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(rest.trim())
-        })
-        .is_some_and(|given| token_matches(given, token))
-}
-
-/// Constant time (`subtle`): no timing oracle on the token's bytes.
-pub fn token_matches(given: &str, token: &str) -> bool {
-    bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 
 fn has_bearer_header(req: &HttpRequest) -> bool {
@@ -99,9 +79,7 @@ pub async fn viewer(
         return Err(foreign_host());
     }
     let found = match cookie_session(req) {
-        Some(id) => find(state, &id)
-            .await
-            .map_err(|e| super::pages::failure(&e))?,
+        Some(id) => find(state, &id).await.map_err(|e| failure(&e))?,
         None => None,
     };
     if let Some(session) = found {
@@ -117,12 +95,12 @@ pub async fn viewer(
                 set_cookie: None,
             })
         } else {
-            Err(crate::surface::http::unauthorized())
+            Err(unauthorized())
         };
     }
     if state.settings.http.token.trim().is_empty() {
         // No token to log in with: open a session so the forms carry a CSRF token.
-        let session = open(state).await.map_err(|e| super::pages::failure(&e))?;
+        let session = open(state).await.map_err(|e| failure(&e))?;
         let cookie = session_cookie(req, Some(&session), session_seconds(state));
         return Ok(Viewer {
             session: Some(session),
@@ -172,9 +150,7 @@ pub async fn check_form(
         return Err(foreign_host());
     }
     if let Some(id) = cookie_session(req) {
-        let session = find(state, &id)
-            .await
-            .map_err(|e| super::pages::failure(&e))?;
+        let session = find(state, &id).await.map_err(|e| failure(&e))?;
         return match session {
             Some(s) if token_matches(csrf, &s.csrf_token) => Ok(()),
             Some(_) => Err(forbidden(
@@ -235,30 +211,6 @@ pub fn safe_next(next: Option<&str>) -> String {
         }
         _ => "/".to_owned(),
     }
-}
-
-/// Whether the request names this node by a loopback name (`localhost`, `127.0.0.1`, `[::1]`,
-/// any port). A node without a token listens on loopback only, but a web page the operator
-/// visits can rebind its own name to 127.0.0.1 and then read the console as same-origin: such
-/// a request carries the page's own host name, and is refused.
-pub fn loopback_host(req: &HttpRequest) -> bool {
-    let host = raw_host(req).to_ascii_lowercase();
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h),
-    };
-    matches!(name, "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost")
-}
-
-/// The `Host` the browser sent (a header a page's script cannot set), never
-/// `X-Forwarded-Host` or `Forwarded`, which it can.
-fn raw_host(req: &HttpRequest) -> String {
-    req.headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()))
-        .unwrap_or_default()
 }
 
 /// 421 for a request whose `Host` is not a loopback name on a node without a token.

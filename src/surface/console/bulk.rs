@@ -2,7 +2,7 @@
 //! (`POST /matters/retry`) and **Discard selected** / **Discard all matching** on the dead
 //! letters page (`POST /dead-letters/discard`). Each is a form with the session's CSRF token,
 //! like the per-matter actions, and is the ledger's bulk transition
-//! ([`console::bulk`], [`dead_letters::bulk`]); the page it came from is shown again with what
+//! ([`matters::bulk`], [`dead_letters::bulk`]); the page it came from is shown again with what
 //! it did.
 //!
 //! A form sends its checkboxes as repeated fields (`m=FIRM:MATTER&m=...`), which
@@ -13,12 +13,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::auth;
-use super::pages::{conn, failure_as, redirect};
+use super::pages::{conn, redirect};
 use crate::error::{Error, Result};
-use crate::ledger::console::{self, bulk::MAX_BULK};
 use crate::ledger::dead_letters;
-use crate::surface::http::HttpState;
+use crate::ledger::matters::{self, bulk::MAX_BULK};
 use crate::surface::selection::{self, DeadLetterFilter, MatterFilter};
+use crate::surface::web::responses::failure_as;
+use crate::surface::web::state::HttpState;
 
 /// A form's fields, in order, repeated ones kept.
 struct Fields(Vec<(String, String)>);
@@ -108,13 +109,13 @@ pub async fn retry_matters(
     let result = async {
         let selection = if form.all_matching()? {
             let mut c = conn(&state).await?;
-            console::bulk::Selection::Filter(filter.query(&mut c).await?)
+            matters::bulk::Selection::Filter(filter.query(&mut c).await?)
         } else {
             let keys = form.selected("m", "matter", selection::matter_key)?;
-            console::bulk::Selection::Matters(keys)
+            matters::bulk::Selection::Matters(keys)
         };
         let mut c = conn(&state).await?;
-        let r = console::bulk::retry_exhausted(
+        let r = matters::bulk::retry_exhausted(
             &mut c,
             &selection,
             MAX_BULK,

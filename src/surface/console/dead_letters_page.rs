@@ -9,12 +9,13 @@ use uuid::Uuid;
 
 use super::auth;
 use super::bulk::BulkNotice;
-use super::pages::{Chrome, CsrfForm, Notice, PAGE_SIZE, conn, failure, page, redirect, when};
+use super::pages::{Chrome, CsrfForm, Notice, PAGE_SIZE, conn, page, redirect, when};
 use super::paging::Paging;
 use crate::error::Error;
 use crate::ledger::dead_letters;
-use crate::surface::http::HttpState;
 use crate::surface::selection::{DeadLetterFilter, page_of};
+use crate::surface::web::responses::failure;
+use crate::surface::web::state::HttpState;
 
 pub struct DeadLine {
     pub id: String,
@@ -107,7 +108,7 @@ pub async fn dead_letters_page(
         }),
         reason: reason.clone(),
         routing_key: routing_key.clone(),
-        max_bulk: crate::ledger::console::bulk::MAX_BULK,
+        max_bulk: crate::ledger::matters::bulk::MAX_BULK,
         postgres_transport: state.settings.transport.kind == crate::config::TransportKind::Postgres,
         rows: rows
             .iter()

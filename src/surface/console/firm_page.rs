@@ -6,11 +6,12 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::auth;
-use super::pages::{Chrome, conn, failure, page, seconds};
+use super::pages::{Chrome, conn, page, seconds};
 use crate::error::Error;
-use crate::ledger::console::{self, MatterState};
 use crate::ledger::fairness;
-use crate::surface::http::HttpState;
+use crate::ledger::matters::{self, MatterState};
+use crate::surface::web::responses::failure;
+use crate::surface::web::state::HttpState;
 
 #[derive(askama::Template)]
 #[template(path = "firm.html")]
@@ -44,9 +45,9 @@ pub async fn firm(
         let unknown = || Error::NotFound(format!("firm {:?}", crate::text::clip(&named, 80)));
         let id = fairness::find(&mut c, &named).await?.ok_or_else(unknown)?;
         let f = fairness::firm(&mut c, id).await?.ok_or_else(unknown)?;
-        let exhausted = console::count(
+        let exhausted = matters::count(
             &mut c,
-            &console::MatterQuery {
+            &matters::MatterQuery {
                 firm_id: Some(id),
                 state: Some(MatterState::RetriesExhausted),
                 ..Default::default()

@@ -4,10 +4,11 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::auth;
-use super::pages::{Chrome, CsrfForm, conn, failure, page, redirect, seconds};
+use super::pages::{Chrome, CsrfForm, conn, page, redirect, seconds};
 use crate::error::{Error, Result};
 use crate::ledger::fairness::{self, FirmSettings};
-use crate::surface::http::HttpState;
+use crate::surface::web::responses::failure;
+use crate::surface::web::state::HttpState;
 
 #[derive(askama::Template)]
 #[template(path = "firms.html")]

@@ -8,12 +8,13 @@ use serde::Deserialize;
 
 use super::auth;
 use super::bulk::BulkNotice;
-use super::pages::{Chrome, PAGE_SIZE, conn, failure, max_attempts, page, when};
+use super::pages::{Chrome, PAGE_SIZE, conn, max_attempts, page, when};
 use super::paging::Paging;
 use crate::error::Error;
-use crate::ledger::console::{self, MatterState};
-use crate::surface::http::HttpState;
+use crate::ledger::matters::{self, MatterState};
 use crate::surface::selection::{MatterFilter, page_of};
+use crate::surface::web::responses::failure;
+use crate::surface::web::state::HttpState;
 
 #[derive(Deserialize)]
 pub struct MattersQuery {
@@ -78,10 +79,10 @@ pub async fn matters(
         let mut c = conn(&state).await?;
         // A firm's id, or the name operators gave it (`briefrail firm set --name`).
         let mut query = filter.query(&mut c).await?;
-        let total = console::count(&mut c, &query, max).await?;
+        let total = matters::count(&mut c, &query, max).await?;
         query.limit = PAGE_SIZE;
         query.offset = offset;
-        let (rows, _) = console::search(&mut c, &query, max).await?;
+        let (rows, _) = matters::search(&mut c, &query, max).await?;
         Ok::<_, Error>((query, rows, total))
     }
     .await;
@@ -128,7 +129,7 @@ pub async fn matters(
             })
             .collect(),
         paging,
-        max_bulk: console::bulk::MAX_BULK,
+        max_bulk: matters::bulk::MAX_BULK,
     };
     page(&viewer, &t)
 }

@@ -31,15 +31,13 @@ use actix_web::{HttpResponse, web};
 
 /// The console's routes, each resource answering 405 with `Allow` for another method.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    use crate::surface::http::only;
+    use crate::surface::web::responses::{method_not_allowed, only};
     cfg.service(only("/", "GET", web::get().to(pages::overview)))
         .service(
             web::resource("/login")
                 .route(web::get().to(pages::login_form))
                 .route(web::post().to(pages::login))
-                .default_service(web::to(|| {
-                    crate::surface::http::method_not_allowed("GET, POST")
-                })),
+                .default_service(web::to(|| method_not_allowed("GET, POST"))),
         )
         .service(only("/logout", "POST", web::post().to(pages::logout)))
         .service(only(

@@ -13,9 +13,11 @@ use uuid::Uuid;
 use super::auth::{self, Viewer};
 use super::brief_view::BriefView;
 use crate::error::{Error, Result};
-use crate::ledger::console::{self, MatterState};
+use crate::ledger::matters::{self, MatterState};
 use crate::ledger::{RunOutcome, RunRow, presence, reads};
-use crate::surface::http::HttpState;
+use crate::surface::web::access::token_matches;
+use crate::surface::web::responses::{failure, secure};
+use crate::surface::web::state::HttpState;
 
 /// Rows per page of the matter list.
 pub const PAGE_SIZE: i64 = 50;
@@ -47,53 +49,6 @@ impl Chrome {
                 .unwrap_or_default(),
         }
     }
-}
-
-/// A failure as a page: the error's text (URLs redacted) and its status.
-pub fn failure(e: &Error) -> HttpResponse {
-    failure_as(e, actix_web::http::StatusCode::BAD_REQUEST)
-}
-
-/// [`failure`], bad input answered with `input` (422 for a form whose body names nothing).
-pub fn failure_as(e: &Error, input: actix_web::http::StatusCode) -> HttpResponse {
-    let status = crate::surface::http::status_of(e, input);
-    let t = ErrorPage {
-        status: status.as_u16(),
-        reason: status.canonical_reason().unwrap_or("Error"),
-        message: crate::secret::redact_urls(&e.to_string()),
-    };
-    match askama::Template::render(&t) {
-        Ok(html) => secure(HttpResponse::build(status))
-            .content_type("text/html; charset=utf-8")
-            .body(html),
-        Err(_) => HttpResponse::build(status)
-            .content_type("text/plain; charset=utf-8")
-            .body(format!("{}\n", t.message)),
-    }
-}
-
-/// A failure as the console shows it: its status and what went wrong, in the console's style,
-/// with the way back. Stands alone (no session is needed to read it).
-#[derive(askama::Template)]
-#[template(path = "error.html")]
-struct ErrorPage {
-    status: u16,
-    reason: &'static str,
-    message: String,
-}
-
-/// The headers every console response carries: no caching of ledger state, no framing, no
-/// script or style from anywhere but the binary itself.
-pub fn secure(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
-    b.insert_header((header::CACHE_CONTROL, "no-store"))
-        .insert_header((
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header((header::REFERRER_POLICY, "same-origin"));
-    b
 }
 
 pub(crate) fn page(viewer: &Viewer, t: &impl askama::Template) -> HttpResponse {
@@ -187,7 +142,7 @@ pub struct StateCount {
 struct OverviewPage {
     chrome: Chrome,
     states: Vec<StateCount>,
-    o: console::Overview,
+    o: matters::Overview,
     exhausted: i64,
     oldest: String,
     stranded: i64,
@@ -212,7 +167,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
     };
     let data = async {
         let mut c = conn(&state).await?;
-        let o = console::overview(&mut c, max_attempts(&state)).await?;
+        let o = matters::overview(&mut c, max_attempts(&state)).await?;
         let g = reads::gauges(&mut c).await?;
         let running = reads::recent_runs(&mut c, &[RunOutcome::Running], 50).await?;
         let trouble = reads::recent_runs(&mut c, RunOutcome::TROUBLE, 30).await?;
@@ -221,7 +176,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
             .chain(&trouble)
             .map(|r| (r.firm_id, r.matter_id))
             .collect();
-        let titles = console::titles(&mut c, &keys).await?;
+        let titles = matters::titles(&mut c, &keys).await?;
         let busiest = crate::ledger::fairness::busiest(&mut c, 1).await?;
         Ok::<_, Error>((o, g, running, trouble, titles, busiest))
     }
@@ -245,7 +200,7 @@ pub async fn overview(req: HttpRequest, state: web::Data<HttpState>) -> HttpResp
         oldest: seconds(o.oldest_unpublished_seconds),
         stranded: g.stranded_events,
         owed: g.owed_facts,
-        owed_after: console::OWED_AFTER.as_secs(),
+        owed_after: matters::OWED_AFTER.as_secs(),
         oldest_owed: seconds(g.oldest_owed_seconds),
         oldest_event_days: format!("{:.1}", g.oldest_event_seconds / 86400.0),
         oldest_run_days: format!("{:.1}", g.oldest_run_seconds / 86400.0),
@@ -340,12 +295,12 @@ pub async fn matter(
         let record = crate::ledger::facts::matter(&mut c, firm, matter)
             .await?
             .ok_or_else(|| Error::NotFound(format!("matter {matter} of firm {firm}")))?;
-        let st = console::state_of(&mut c, firm, matter, max)
+        let st = matters::state_of(&mut c, firm, matter, max)
             .await?
             .unwrap_or(MatterState::Unserved);
         let status = reads::status(&mut c, firm, matter, 20).await?;
         let frame = reads::latest_frame(&mut c, firm, matter).await?;
-        let events = console::events_of(&mut c, firm, matter, 20).await?;
+        let events = matters::events_of(&mut c, firm, matter, 20).await?;
         Ok::<_, Error>((record, st, status, frame, events))
     }
     .await;
@@ -447,7 +402,7 @@ pub async fn matter_action(
     let result = async {
         let mut c = conn(&state).await?;
         match action {
-            "retry" => console::retry(&mut c, firm, matter, max_attempts(&state)).await,
+            "retry" => matters::retry(&mut c, firm, matter, max_attempts(&state)).await,
             "rebuild" => crate::ledger::facts::request_brief(&mut c, firm, matter).await,
             other => Err(Error::NotFound(format!("no action {other:?}"))),
         }
@@ -666,7 +621,7 @@ pub async fn login(
     let next = auth::safe_next(form.next.as_deref());
     let configured = state.settings.http.token.trim();
     let given = form.token.as_deref().unwrap_or("").trim();
-    if !configured.is_empty() && !auth::token_matches(given, configured) {
+    if !configured.is_empty() && !token_matches(given, configured) {
         // A wrong guess costs the guesser time, not the node: only this request waits.
         tokio::time::sleep(std::time::Duration::from_millis(400)).await;
         tracing::warn!(peer = ?req.peer_addr(), "console: login refused (wrong token)");

@@ -1,4 +1,6 @@
-//! Builder actors: they run the builds, each carrying its token from claim to commit.
+//! Build runners: the actors that run the builds, each build carrying its token from claim to
+//! commit. The work itself is a [`Builder`]'s (`crate::builders`): a runner hosts it, bounded
+//! by the node's slots, heartbeats it and settles its claim.
 //!
 //! A matter actor takes a [`Hold`] *before* it claims, so the node never holds more claims than
 //! its [`Capacity`] grants (what a crash leaves to wait out a lease). The builder's own work
@@ -62,25 +64,25 @@ pub struct BuildEnv {
     pub cancel: watch::Receiver<bool>,
 }
 
-/// The builder actors, and the node's capacity they share.
+/// The build runners, and the node's capacity they share.
 #[derive(Clone)]
-pub struct BuilderPool {
-    builders: Arc<Vec<Addr<BuilderActor>>>,
-    /// The next builder actor to host a build (round robin: an actor hosts any number of
+pub struct BuildRunners {
+    runners: Arc<Vec<Addr<BuildRunner>>>,
+    /// The next runner to host a build (round robin: a runner hosts any number of
     /// builds; the slots, not the actors, bound how many build at once).
     next: Arc<AtomicUsize>,
     capacity: Arc<Capacity>,
 }
 
-impl BuilderPool {
-    /// Starts one builder actor per slot of `env.capacity` on the current arbiter.
+impl BuildRunners {
+    /// Starts one runner per slot of `env.capacity` on the current arbiter.
     pub fn start(env: Arc<BuildEnv>) -> Self {
         let capacity = env.capacity.clone();
-        let builders: Vec<_> = (0..capacity.concurrency())
-            .map(|_| BuilderActor { env: env.clone() }.start())
+        let runners: Vec<_> = (0..capacity.concurrency())
+            .map(|_| BuildRunner { env: env.clone() }.start())
             .collect();
         Self {
-            builders: Arc::new(builders),
+            runners: Arc::new(runners),
             next: Arc::new(AtomicUsize::new(0)),
             capacity,
         }
@@ -91,14 +93,14 @@ impl BuilderPool {
         &self.capacity
     }
 
-    /// The builder actor that hosts the next build.
-    pub fn host(&self) -> Addr<BuilderActor> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.builders.len();
-        self.builders[i].clone()
+    /// The runner that hosts the next build.
+    pub fn host(&self) -> Addr<BuildRunner> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.runners.len();
+        self.runners[i].clone()
     }
 
     pub fn size(&self) -> usize {
-        self.builders.len()
+        self.runners.len()
     }
 
     /// Builds running right now (holding a slot).
@@ -174,15 +176,16 @@ pub struct BuildDone {
     pub hold: Option<Hold>,
 }
 
-pub struct BuilderActor {
+/// Hosts builds: takes a slot, runs the [`Builder`], commits or closes the claim.
+pub struct BuildRunner {
     env: Arc<BuildEnv>,
 }
 
-impl Actor for BuilderActor {
+impl Actor for BuildRunner {
     type Context = Context<Self>;
 }
 
-impl Handler<RunBuild> for BuilderActor {
+impl Handler<RunBuild> for BuildRunner {
     type Result = ();
 
     fn handle(&mut self, msg: RunBuild, ctx: &mut Context<Self>) {
@@ -501,7 +504,7 @@ async fn warn_if_exhausted(env: &BuildEnv, claim: &Claim) {
                 firm_id = %claim.firm_id, matter_id = %claim.matter_id, token = claim.token,
                 failures = job.consecutive_failures, max_attempts = max,
                 "{}",
-                crate::ledger::console::exhausted_advice(claim.firm_id, claim.matter_id, max)
+                crate::ledger::matters::exhausted_advice(claim.firm_id, claim.matter_id, max)
             );
         }
     }

@@ -1,5 +1,5 @@
 //! `briefrail`'s command line. Parsing and dispatch only: every command is a call into the
-//! library (the operator's reads and actions print through `cli_operator.rs`). Exit codes: 0 success, 2 bad arguments or config, 1 runtime failure, each failure
+//! library (the operator's reads and actions print through `cli/operator.rs`). Exit codes: 0 success, 2 bad arguments or config, 1 runtime failure, each failure
 //! with a one-line reason on stderr.
 
 use std::path::PathBuf;
@@ -12,12 +12,10 @@ use uuid::Uuid;
 use crate::config::Settings;
 use crate::db;
 use crate::error::{Error, Result};
-use crate::ledger::console::{self, MatterState};
+use crate::ledger::matters::{self, MatterState};
 use crate::ledger::{DemandClass, facts, reads};
 
-#[path = "cli_firms.rs"]
 mod firms;
-#[path = "cli_operator.rs"]
 mod operator;
 
 #[derive(Debug, Parser)]
@@ -437,7 +435,7 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             limit,
             json,
         }) => {
-            let q = console::MatterQuery {
+            let q = matters::MatterQuery {
                 firm_id: Some(firm),
                 text: query,
                 state,
@@ -447,7 +445,7 @@ pub async fn execute(command: Command, settings: &Settings) -> Result<()> {
             operator::matter_list(&mut conn, &q, settings.retry.max_attempts, json).await?;
         }
         Command::Matter(MatterCommand::Retry { matter }) => {
-            let event = console::retry(
+            let event = matters::retry(
                 &mut conn,
                 matter.firm,
                 matter.matter,
@@ -629,9 +627,9 @@ async fn status(
     runs: i64,
     max_attempts: u32,
 ) -> Result<()> {
-    let state = console::state_of(conn, matter.firm, matter.matter, max_attempts).await?;
+    let state = matters::state_of(conn, matter.firm, matter.matter, max_attempts).await?;
     let status = reads::status(conn, matter.firm, matter.matter, runs).await?;
-    let Some(state) = state.or(status.job.as_ref().map(|_| console::MatterState::Unserved)) else {
+    let Some(state) = state.or(status.job.as_ref().map(|_| matters::MatterState::Unserved)) else {
         return Err(Error::NotFound(format!(
             "matter {} of firm {} (no such matter in the record, and no job row)",
             matter.matter, matter.firm
@@ -646,13 +644,13 @@ async fn status(
         println!("{text}");
     } else {
         println!("state: {}", state.label());
-        if state == console::MatterState::Owed {
-            println!("{}", console::owed_advice());
+        if state == matters::MatterState::Owed {
+            println!("{}", matters::owed_advice());
         }
-        if state == console::MatterState::RetriesExhausted {
+        if state == matters::MatterState::RetriesExhausted {
             println!(
                 "{}",
-                console::exhausted_advice(matter.firm, matter.matter, max_attempts)
+                matters::exhausted_advice(matter.firm, matter.matter, max_attempts)
             );
         }
         print!("{}", render_status(&status));

@@ -28,9 +28,9 @@ fn refuse(
 ) -> actix_web::Error {
     let e = Error::InvalidInput(crate::text::clip(message, 300).to_owned());
     let response: HttpResponse = if req.path().starts_with("/api/") {
-        crate::surface::http::error_response(&e)
+        crate::surface::web::responses::error_response(&e)
     } else {
-        crate::surface::console::pages::failure(&e)
+        crate::surface::web::responses::failure(&e)
     };
     actix_web::error::InternalError::from_response(cause, response).into()
 }

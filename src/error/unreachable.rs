@@ -1,8 +1,7 @@
-//! Why the ledger's database could not be reached: the error [`super::reach`] classifies.
+//! Why the ledger's database could not be reached: the error [`crate::db::reach`] classifies.
 //!
-//! A module of its own, below both [`super::reach`] (which finds the reason) and
-//! [`crate::error`] (whose `Error::Unreachable` carries it), so that neither imports the other
-//! in a circle.
+//! Kept beside [`crate::error`] (whose `Error::Unreachable` carries it), below
+//! [`crate::db::reach`] (which finds the reason), so that the error type reaches up to nothing.
 
 use std::time::Duration;
 

@@ -334,13 +334,13 @@ fn checked(q: &MatterQuery) -> Result<()> {
 macro_rules! bind_matching {
     ($query:expr, $q:expr, $max_attempts:expr) => {
         $query
-            .bind::<diesel::sql_types::Integer, _>($crate::ledger::console::attempts($max_attempts))
+            .bind::<diesel::sql_types::Integer, _>($crate::ledger::matters::attempts($max_attempts))
             .bind::<diesel::sql_types::Nullable<diesel::sql_types::Uuid>, _>($q.firm_id)
             .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(
                 $q.text
                     .as_deref()
                     .filter(|t| !t.trim().is_empty())
-                    .map($crate::ledger::console::like_pattern),
+                    .map($crate::ledger::matters::like_pattern),
             )
             .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(
                 $q.state.map(|s| s.as_str()),

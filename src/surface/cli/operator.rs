@@ -1,13 +1,13 @@
 //! The console's reads and actions on the command line: `matter list`, `brief show`,
 //! `dead-letters`, `nodes`, and the words `status` uses for a matter out of retries. Same
-//! ledger calls as the pages (`ledger::console`, `dead_letters`, `presence`), printed as text
+//! ledger calls as the pages (`ledger::matters`, `dead_letters`, `presence`), printed as text
 //! or JSON.
 
 use diesel_async::AsyncPgConnection;
 
 use super::{DeadLettersCommand, MatterArgs};
 use crate::error::{Error, Result};
-use crate::ledger::{console, dead_letters, presence, reads};
+use crate::ledger::{dead_letters, matters, presence, reads};
 
 fn print_json(v: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(v)
@@ -19,11 +19,11 @@ fn print_json(v: &impl serde::Serialize) -> Result<()> {
 /// `matter list`.
 pub async fn matter_list(
     conn: &mut AsyncPgConnection,
-    q: &console::MatterQuery,
+    q: &matters::MatterQuery,
     max_attempts: u32,
     json: bool,
 ) -> Result<()> {
-    let (rows, more) = console::search(conn, q, max_attempts).await?;
+    let (rows, more) = matters::search(conn, q, max_attempts).await?;
     if json {
         let rows: Vec<_> = rows
             .iter()

@@ -18,9 +18,9 @@ use uuid::Uuid;
 use super::{MatterQuery, MatterState, ORDER, STATE_SQL, WHERE_STATE, attempts, matching};
 use crate::error::{Error, Result};
 use crate::ledger::event_name::EventName;
-use crate::ledger::fairness::DemandClass;
 use crate::ledger::models::BRIEF_RAIL;
 use crate::ledger::outbox::{NewEvent, record_events};
+use crate::nudge::DemandClass;
 
 /// The most matters one bulk action touches (and names): a bound on the transaction's length
 /// and on the locks it holds while builds go on beside it.
