@@ -1,0 +1,40 @@
+//! `[relay]`: the outbox relay's polling of the ledger for events to publish.
+
+use serde::Deserialize;
+
+use super::bounds::DAY_MS;
+use super::{Bound, ConfigError, positive};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySettings {
+    pub poll_ms: u64,
+    pub batch: u32,
+}
+
+pub(super) const BOUNDS: &[Bound] = &[
+    bound!(
+        "relay.poll_ms",
+        1.0,
+        DAY_MS,
+        Milliseconds,
+        |s| s.relay.poll_ms,
+        whole
+    ),
+    bound!(
+        "relay.batch",
+        1.0,
+        100_000.0,
+        Count,
+        |s| s.relay.batch,
+        whole
+    ),
+];
+
+impl RelaySettings {
+    /// The poll interval and batch are positive.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        positive("relay.poll_ms", self.poll_ms as f64)?;
+        positive("relay.batch", self.batch as f64)
+    }
+}

@@ -1,0 +1,41 @@
+//! `[sweeper]`: the pass that takes over claims whose lease ran out.
+
+use serde::Deserialize;
+
+use super::bounds::DAY_S;
+use super::{Bound, ConfigError, positive};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweeperSettings {
+    pub interval_seconds: f64,
+    /// At most this many rows are swept or reconciled per pass.
+    pub batch: u32,
+}
+
+pub(super) const BOUNDS: &[Bound] = &[
+    bound!(
+        "sweeper.interval_seconds",
+        0.01,
+        DAY_S,
+        Seconds,
+        |s| s.sweeper.interval_seconds,
+        real
+    ),
+    bound!(
+        "sweeper.batch",
+        1.0,
+        100_000.0,
+        Count,
+        |s| s.sweeper.batch,
+        whole
+    ),
+];
+
+impl SweeperSettings {
+    /// The interval and batch are positive.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        positive("sweeper.interval_seconds", self.interval_seconds)?;
+        positive("sweeper.batch", self.batch as f64)
+    }
+}
