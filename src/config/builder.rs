@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, positive};
+use super::{Bound, ConfigError, url_with_scheme};
 use crate::secret::SecretUrl;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -41,24 +41,16 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
 )];
 
 impl BuilderSettings {
-    /// The timeout is positive, and the chosen `kind` has what it needs: a program for
-    /// `command`, an `http(s)://` URL for `http`.
+    /// The chosen `kind` has what it needs: a program for `command`, an `http(s)://` URL for
+    /// `http`.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("builder.timeout_seconds", self.timeout_seconds)?;
         match self.kind {
             BuilderKind::Command if self.command.is_empty() => Err(ConfigError::new(
                 "builder.command",
                 "must name a program when builder.kind = \"command\"",
             )),
             BuilderKind::Http => {
-                let u = url::Url::parse(self.url.expose())
-                    .map_err(|e| ConfigError::new("builder.url", format!("not a URL: {e}")))?;
-                if !matches!(u.scheme(), "http" | "https") {
-                    return Err(ConfigError::new(
-                        "builder.url",
-                        "scheme must be http:// or https://",
-                    ));
-                }
+                url_with_scheme("builder.url", self.url.expose(), &["http", "https"], "")?;
                 Ok(())
             }
             _ => Ok(()),

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{Bound, ConfigError, positive};
+use super::{Bound, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,9 +44,8 @@ impl BuildersSettings {
         self.held_claims.unwrap_or(32 * self.concurrency)
     }
 
-    /// At least one builder, and room for each build's own claim.
+    /// Room for each build's own claim.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("builders.concurrency", self.concurrency as f64)?;
         if self.held_claims() < self.concurrency {
             return Err(ConfigError::new(
                 "builders.held_claims",

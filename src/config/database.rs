@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::bounds::DAY_MS;
-use super::{Bound, ConfigError, positive};
+use super::{Bound, ConfigError, url_with_scheme};
 use crate::secret::SecretUrl;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -60,25 +60,21 @@ pub(super) const BOUNDS: &[Bound] = &[
 ];
 
 impl DatabaseSettings {
-    /// `url` is a `postgres://` URL naming a database; `pool_size` > 0; `batch_lanes` > 0 and
-    /// at most the pool's connections.
+    /// `url` is a `postgres://` URL naming a database; `batch_lanes` is at most the pool's
+    /// connections.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        let db = url::Url::parse(self.url.expose())
-            .map_err(|e| ConfigError::new("database.url", format!("not a URL: {e}")))?;
-        if !matches!(db.scheme(), "postgres" | "postgresql") {
-            return Err(ConfigError::new(
-                "database.url",
-                "scheme must be postgres:// or postgresql://",
-            ));
-        }
+        let db = url_with_scheme(
+            "database.url",
+            self.url.expose(),
+            &["postgres", "postgresql"],
+            "",
+        )?;
         if db.path().trim_start_matches('/').is_empty() {
             return Err(ConfigError::new(
                 "database.url",
                 "names no database (add /dbname)",
             ));
         }
-        positive("database.pool_size", self.pool_size as f64)?;
-        positive("database.batch_lanes", self.batch_lanes as f64)?;
         if self.batch_lanes > self.pool_size {
             return Err(ConfigError::new(
                 "database.batch_lanes",

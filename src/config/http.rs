@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 
-use super::{Bound, ConfigError, positive};
+use super::{Bound, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,10 +27,8 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
 )];
 
 impl HttpSettings {
-    /// Sessions last a positive time; `bind` is `host:port`, and a token is set when it is not
-    /// a loopback address.
+    /// `bind` is `host:port`, and a token is set when it is not a loopback address.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("http.session_minutes", self.session_minutes)?;
         let bind: SocketAddr = self.bind.parse().map_err(|_| {
             ConfigError::new(
                 "http.bind",

@@ -42,27 +42,17 @@ pub(super) fn refuse_unknown_keys(
 ) -> Result<(), ConfigError> {
     let known = known_keys();
     for (section, value) in table {
-        let Some((_, keys)) = known.iter().find(|(name, _)| name == section) else {
-            return Err(ConfigError::new(
-                section,
-                format!(
-                    "unknown section in {file}; the sections are: {}",
-                    known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        };
+        if let Some(problem) = unknown(&known, section, None, file) {
+            return Err(ConfigError::new(section, problem));
+        }
         // A section that is not a table is the deserializer's to refuse, with its type.
         let Ok(entries) = value.clone().into_table() else {
             continue;
         };
-        if let Some(key) = entries.keys().find(|k| !keys.contains(&k.as_str())) {
-            return Err(ConfigError::new(
-                &format!("{section}.{key}"),
-                format!(
-                    "unknown key in {file}; [{section}] has: {}",
-                    keys.join(", ")
-                ),
-            ));
+        for key in entries.keys() {
+            if let Some(problem) = unknown(&known, section, Some(key), file) {
+                return Err(ConfigError::new(&format!("{section}.{key}"), problem));
+            }
         }
     }
     Ok(())
@@ -72,25 +62,50 @@ pub(super) fn refuse_unknown_keys(
 pub(super) fn refuse_unknown_variable(var: &str) -> Result<(), ConfigError> {
     let known = known_keys();
     let key = var["BRIEFRAIL__".len()..].to_lowercase().replace("__", ".");
-    let sections = || known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
     let problem = match key.split_once('.') {
-        None => format!(
+        None => Some(format!(
             "environment variable {var} names no key (BRIEFRAIL__SECTION__KEY; the sections are: {})",
-            sections()
+            sections(&known)
+        )),
+        Some((section, name)) => unknown(
+            &known,
+            section,
+            Some(name),
+            &format!("environment variable {var}"),
         ),
-        Some((section, name)) => match known.iter().find(|(n, _)| *n == section) {
-            None => format!(
-                "unknown section in environment variable {var}; the sections are: {}",
-                sections()
-            ),
-            Some((_, keys)) if !keys.contains(&name) => format!(
-                "unknown key in environment variable {var}; [{section}] has: {}",
-                keys.join(", ")
-            ),
-            Some(_) => return Ok(()),
-        },
     };
-    Err(ConfigError::new(&key, problem))
+    match problem {
+        Some(problem) => Err(ConfigError::new(&key, problem)),
+        None => Ok(()),
+    }
+}
+
+/// Why `section` (and `key`, when given) names no setting, or `None` when it names one;
+/// `source` says where it was written (a file, an environment variable).
+fn unknown(
+    known: &[(&str, &[&str])],
+    section: &str,
+    key: Option<&str>,
+    source: &str,
+) -> Option<String> {
+    let Some((_, keys)) = known.iter().find(|(name, _)| *name == section) else {
+        return Some(format!(
+            "unknown section in {source}; the sections are: {}",
+            sections(known)
+        ));
+    };
+    key.filter(|key| !keys.contains(key)).map(|_| {
+        format!(
+            "unknown key in {source}; [{section}] has: {}",
+            keys.join(", ")
+        )
+    })
+}
+
+/// The names of the sections, as a refusal lists them.
+fn sections(known: &[(&str, &[&str])]) -> String {
+    let names: Vec<&str> = known.iter().map(|(name, _)| *name).collect();
+    names.join(", ")
 }
 
 /// The field names of a struct, from its derived `Deserialize`: a deserializer that stops at

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, positive, seconds};
+use super::{Bound, ConfigError, seconds};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,19 +45,15 @@ impl LeaseSettings {
         seconds(self.heartbeat_seconds.unwrap_or(self.seconds / 3.0))
     }
 
-    /// The lease is positive and a heartbeat, when set, renews it before it runs out.
+    /// A heartbeat, when set, renews the lease before it runs out.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("lease.seconds", self.seconds)?;
-        if let Some(hb) = self.heartbeat_seconds {
-            positive("lease.heartbeat_seconds", hb)?;
-            if hb >= self.seconds {
-                return Err(ConfigError::new(
-                    "lease.heartbeat_seconds",
-                    format!("must be shorter than lease.seconds ({})", self.seconds),
-                ));
-            }
+        match self.heartbeat_seconds {
+            Some(hb) if hb >= self.seconds => Err(ConfigError::new(
+                "lease.heartbeat_seconds",
+                format!("must be shorter than lease.seconds ({})", self.seconds),
+            )),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 

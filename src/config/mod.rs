@@ -107,15 +107,24 @@ pub fn seconds(v: f64) -> Duration {
     Duration::try_from_secs_f64(v.max(0.0)).unwrap_or(Duration::MAX)
 }
 
-fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
-    if v > 0.0 && v.is_finite() {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
+/// Parses `text` as a URL with one of `schemes`, or refuses it as `key`; `which` leads each
+/// problem (the member of a list it is about, or nothing).
+fn url_with_scheme(
+    key: &str,
+    text: &str,
+    schemes: &[&str],
+    which: &str,
+) -> Result<url::Url, ConfigError> {
+    let url = url::Url::parse(text)
+        .map_err(|e| ConfigError::new(key, format!("{which}not a URL: {e}")))?;
+    if !schemes.contains(&url.scheme()) {
+        let listed: Vec<String> = schemes.iter().map(|s| format!("{s}://")).collect();
+        return Err(ConfigError::new(
             key,
-            format!("must be greater than zero (got {v})"),
-        ))
+            format!("{which}scheme must be {}", listed.join(" or ")),
+        ));
     }
+    Ok(url)
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -196,24 +205,20 @@ impl Settings {
         })
     }
 
-    /// Checks every value a node relies on; the first problem found is returned. The sections
-    /// are checked in the order of the file, so the same file always reports the same problem.
+    /// Checks every value a node relies on; the first problem found is returned. Every number
+    /// is inside its range first ([`Settings::validate_bounds`]), so the sections check only
+    /// what a range cannot say: URLs, names, and keys that must agree with each other. They go
+    /// in the order of the file, so the same file always reports the same problem.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_bounds()?;
         self.database.validate()?;
         self.lease.validate()?;
-        self.sweeper.validate()?;
-        self.retention.validate()?;
         self.retry.validate()?;
         self.trigger.validate()?;
         self.builders.validate()?;
         self.builder.validate()?;
         self.transport.validate()?;
-        self.relay.validate()?;
-        self.reconcile.validate()?;
-        self.node.validate()?;
         self.http.validate()?;
-        self.shutdown.validate()?;
         self.log.validate()?;
         self.otel.validate()
     }

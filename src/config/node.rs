@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, Settings, positive};
+use super::{Bound, ConfigError, Settings};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,11 +25,6 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
 )];
 
 impl NodeSettings {
-    /// The heartbeat interval is positive.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("node.heartbeat_seconds", self.heartbeat_seconds)
-    }
-
     /// `id` has no control characters: it is written in every run and log line.
     pub(super) fn validate_id(&self) -> Result<(), ConfigError> {
         if let Some(c) = self.id.chars().find(|c| c.is_control()) {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Bound, ConfigError, positive, seconds};
+use super::{Bound, ConfigError, seconds};
 use crate::secret::SecretUrl;
 
 /// The OpenTelemetry exporter (`feature = "otel"`): off unless `endpoint` is set. Spans go to
@@ -67,7 +67,7 @@ impl OtelSettings {
     }
 
     /// `endpoint` is empty (off) or an `http(s)://` URL with a host; when it is set, the
-    /// service name is not empty, the timeout, queue and batch delay are positive and bounded.
+    /// service name is not empty (the numbers are in their [`BOUNDS`] while it is set).
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !self.enabled() {
             return Ok(());
@@ -93,21 +93,7 @@ impl OtelSettings {
         if self.service_name.trim().is_empty() {
             return Err(ConfigError::new("otel.service_name", "must not be empty"));
         }
-        positive("otel.timeout_seconds", self.timeout_seconds)?;
-        if self.timeout_seconds > 300.0 {
-            return Err(ConfigError::new(
-                "otel.timeout_seconds",
-                format!("{} is too long: at most 300", self.timeout_seconds),
-            ));
-        }
-        positive("otel.queue_size", self.queue_size as f64)?;
-        if self.queue_size > 1_000_000 {
-            return Err(ConfigError::new(
-                "otel.queue_size",
-                format!("{} is too large: at most 1000000", self.queue_size),
-            ));
-        }
-        positive("otel.batch_delay_ms", self.batch_delay_ms as f64)
+        Ok(())
     }
 }
 

@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
+use super::Bound;
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, positive};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,10 +19,3 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
     |s| s.reconcile.after_seconds,
     real
 )];
-
-impl ReconcileSettings {
-    /// The delay is positive.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("reconcile.after_seconds", self.after_seconds)
-    }
-}

@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
+use super::Bound;
 use super::bounds::DAY_MS;
-use super::{Bound, ConfigError, positive};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,11 +30,3 @@ pub(super) const BOUNDS: &[Bound] = &[
         whole
     ),
 ];
-
-impl RelaySettings {
-    /// The poll interval and batch are positive.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("relay.poll_ms", self.poll_ms as f64)?;
-        positive("relay.batch", self.batch as f64)
-    }
-}

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, positive, seconds};
+use super::{Bound, seconds};
 
 /// What the sweeper removes once no guarantee needs it (docs/protocol.md, "Retention").
 #[derive(Debug, Clone, Deserialize)]
@@ -82,36 +82,9 @@ impl RetentionSettings {
     pub fn frames_kept(&self) -> Option<u32> {
         (self.frames_keep > 0).then_some(self.frames_keep)
     }
-
-    /// Retention ages are zero (keep) or positive days; the interval and batch positive, the
-    /// batch small enough that one statement stays short.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        for (key, v) in [
-            ("retention.events_days", self.events_days),
-            ("retention.runs_days", self.runs_days),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(ConfigError::new(
-                    key,
-                    format!("must be 0 (keep forever) or a positive number of days, not {v}"),
-                ));
-            }
-        }
-        positive("retention.interval_seconds", self.interval_seconds)?;
-        positive("retention.batch", self.batch as f64)?;
-        if self.batch > 100_000 {
-            return Err(ConfigError::new(
-                "retention.batch",
-                format!(
-                    "{} is too large: one statement must stay short (at most 100000)",
-                    self.batch
-                ),
-            ));
-        }
-        Ok(())
-    }
 }
 
+/// `d` days as a duration; `None` for zero: kept forever.
 fn days(d: f64) -> Option<Duration> {
-    (d > 0.0).then(|| seconds(d * 86_400.0))
+    (d > 0.0).then(|| seconds(d * DAY_S))
 }

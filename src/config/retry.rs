@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, positive};
+use super::{Bound, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,10 +41,8 @@ pub(super) const BOUNDS: &[Bound] = &[
 ];
 
 impl RetrySettings {
-    /// At least one attempt, a positive base, and a ceiling no lower than the base.
+    /// The ceiling of the backoff is no lower than its base.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("retry.max_attempts", self.max_attempts as f64)?;
-        positive("retry.backoff_base_seconds", self.backoff_base_seconds)?;
         if self.backoff_max_seconds < self.backoff_base_seconds {
             return Err(ConfigError::new(
                 "retry.backoff_max_seconds",

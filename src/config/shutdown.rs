@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
+use super::Bound;
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,16 +19,3 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
     |s| s.shutdown.grace_seconds,
     real
 )];
-
-impl ShutdownSettings {
-    /// The grace period is finite and not negative.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.grace_seconds < 0.0 || !self.grace_seconds.is_finite() {
-            return Err(ConfigError::new(
-                "shutdown.grace_seconds",
-                "must be zero or more",
-            ));
-        }
-        Ok(())
-    }
-}

@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
+use super::Bound;
 use super::bounds::DAY_S;
-use super::{Bound, ConfigError, positive};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,11 +31,3 @@ pub(super) const BOUNDS: &[Bound] = &[
         whole
     ),
 ];
-
-impl SweeperSettings {
-    /// The interval and batch are positive.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        positive("sweeper.interval_seconds", self.interval_seconds)?;
-        positive("sweeper.batch", self.batch as f64)
-    }
-}

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{ConfigError, url_with_scheme};
 use crate::secret::SecretUrl;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -34,15 +34,12 @@ impl TransportSettings {
             } else {
                 String::new()
             };
-            let amqp = url::Url::parse(member.expose()).map_err(|e| {
-                ConfigError::new("transport.amqp_url", format!("{which}not a URL: {e}"))
-            })?;
-            if !matches!(amqp.scheme(), "amqp" | "amqps") {
-                return Err(ConfigError::new(
-                    "transport.amqp_url",
-                    format!("{which}scheme must be amqp:// or amqps://"),
-                ));
-            }
+            url_with_scheme(
+                "transport.amqp_url",
+                member.expose(),
+                &["amqp", "amqps"],
+                &which,
+            )?;
         }
         if self.prefix.is_empty()
             || !self

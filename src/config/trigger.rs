@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::bounds::{DAY_MS, DAY_S};
-use super::{Bound, ConfigError, positive, seconds};
+use super::{Bound, ConfigError, seconds};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,7 +48,7 @@ impl TriggerSettings {
         seconds(self.idle_seconds)
     }
 
-    /// The longest wait is at least the debounce window; the idle time is positive.
+    /// The longest wait is at least the debounce window.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.max_wait_ms < self.debounce_ms {
             return Err(ConfigError::new(
@@ -56,6 +56,6 @@ impl TriggerSettings {
                 "must be at least trigger.debounce_ms",
             ));
         }
-        positive("trigger.idle_seconds", self.idle_seconds)
+        Ok(())
     }
 }
