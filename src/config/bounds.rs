@@ -5,7 +5,7 @@ use super::{ConfigError, Settings};
 
 /// The unit a bounded setting is written in, as the docs and errors name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     Seconds,
     Milliseconds,
     Minutes,
@@ -28,7 +28,7 @@ impl Unit {
 
 /// A setting's value as written: a whole number or a number of (fractional) units.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Whole(u64),
     Real(f64),
 }
@@ -64,23 +64,23 @@ pub struct Bound {
     pub min: f64,
     /// The greatest value accepted (inclusive).
     pub max: f64,
-    pub unit: Unit,
+    pub(crate) unit: Unit,
     /// The value in `s`; `None` when the key is unset (an optional key left to its default).
-    pub get: fn(&Settings) -> Option<Value>,
+    pub(crate) get: fn(&Settings) -> Option<Value>,
     /// Puts `v` in the key (cast to its type): how tests walk the bounds.
     pub set: fn(&mut Settings, f64),
 }
 
 impl Bound {
     /// The range as the docs and errors write it, e.g. `0.01 to 86400 seconds`.
-    pub fn range(&self) -> String {
+    pub(crate) fn range(&self) -> String {
         let unit = self.unit.name();
         let sep = if unit.is_empty() { "" } else { " " };
         format!("{} to {}{sep}{unit}", self.min, self.max)
     }
 
     /// Whether `v` is inside the range (NaN never is).
-    pub fn contains(&self, v: f64) -> bool {
+    pub(crate) fn contains(&self, v: f64) -> bool {
         v >= self.min && v <= self.max
     }
 

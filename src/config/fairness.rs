@@ -27,7 +27,7 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
 
 impl FairnessSettings {
     /// [`Self::background_promote_seconds`] as a duration.
-    pub fn promote_after(&self) -> Duration {
+    pub(crate) fn promote_after(&self) -> Duration {
         seconds(self.background_promote_seconds)
     }
 }

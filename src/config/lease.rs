@@ -38,10 +38,10 @@ pub(super) const BOUNDS: &[Bound] = &[
 ];
 
 impl LeaseSettings {
-    pub fn lease(&self) -> Duration {
+    pub(crate) fn lease(&self) -> Duration {
         seconds(self.seconds)
     }
-    pub fn heartbeat(&self) -> Duration {
+    pub(crate) fn heartbeat(&self) -> Duration {
         seconds(self.heartbeat_seconds.unwrap_or(self.seconds / 3.0))
     }
 

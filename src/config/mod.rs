@@ -20,7 +20,7 @@ macro_rules! config_names {
     ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
         impl $ty {
             /// Every name this setting accepts, in the order the docs list them.
-            pub const NAMES: &'static [&'static str] = &[$($name),+];
+            pub(crate) const NAMES: &'static [&'static str] = &[$($name),+];
         }
         impl TryFrom<String> for $ty {
             type Error = String;
@@ -57,7 +57,8 @@ mod sweeper;
 mod transport;
 mod trigger;
 
-pub use bounds::{BOUNDS, Bound, Unit, Value};
+pub use bounds::{BOUNDS, Bound};
+pub(crate) use bounds::{Unit, Value};
 pub use builder::{BuilderKind, BuilderSettings};
 pub use builders::BuildersSettings;
 pub use database::DatabaseSettings;
@@ -78,7 +79,7 @@ pub use transport::{TransportKind, TransportSettings};
 pub use trigger::TriggerSettings;
 
 /// The defaults every layer starts from; also the documented reference of every key.
-pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+pub(crate) const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// A configuration value that cannot be used. Displayed as one line: `key: problem`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,7 +103,7 @@ impl ConfigError {
 /// `v` seconds as a duration, never panicking: a negative or NaN value is zero and one too
 /// large for a `Duration` saturates. [`BOUNDS`] keeps loaded values far inside; this is for a
 /// [`Settings`] built in code.
-pub fn seconds(v: f64) -> Duration {
+pub(crate) fn seconds(v: f64) -> Duration {
     // `max` maps NaN to zero as well.
     Duration::try_from_secs_f64(v.max(0.0)).unwrap_or(Duration::MAX)
 }
@@ -206,7 +207,7 @@ impl Settings {
     }
 
     /// Checks every value a node relies on; the first problem found is returned. Every number
-    /// is inside its range first ([`Settings::validate_bounds`]), so the sections check only
+    /// is inside its range first ([`BOUNDS`]), so the sections check only
     /// what a range cannot say: URLs, names, and keys that must agree with each other. They go
     /// in the order of the file, so the same file always reports the same problem.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -227,7 +228,7 @@ impl Settings {
     /// what a node needs so that no timer, timestamp or session setting overflows. A node
     /// checks this at start too, since an embedder may build [`Settings`] without
     /// [`Settings::validate`].
-    pub fn validate_bounds(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate_bounds(&self) -> Result<(), ConfigError> {
         let otel = self.otel.enabled();
         for b in BOUNDS {
             if otel || !b.key.starts_with("otel.") {

@@ -43,7 +43,7 @@ impl NodeSettings {
 
 impl Settings {
     /// This node's id: `node.id`, or `hostname-pid`.
-    pub fn node_id(&self) -> String {
+    pub(crate) fn node_id(&self) -> String {
         if !self.node.id.trim().is_empty() {
             return self.node.id.trim().to_owned();
         }

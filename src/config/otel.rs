@@ -1,10 +1,8 @@
 //! `[otel]`: the OpenTelemetry exporter of build spans.
 
-use std::time::Duration;
-
 use serde::Deserialize;
 
-use super::{Bound, ConfigError, seconds};
+use super::{Bound, ConfigError};
 use crate::secret::SecretUrl;
 
 /// The OpenTelemetry exporter (`feature = "otel"`): off unless `endpoint` is set. Spans go to
@@ -57,13 +55,14 @@ pub(super) const BOUNDS: &[Bound] = &[
 
 impl OtelSettings {
     /// Whether spans are exported at all.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         !self.endpoint.expose().trim().is_empty()
     }
 
     /// The export timeout as a duration.
-    pub fn timeout(&self) -> Duration {
-        seconds(self.timeout_seconds)
+    #[cfg(feature = "otel")]
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        super::seconds(self.timeout_seconds)
     }
 
     /// `endpoint` is empty (off) or an `http(s)://` URL with a host; when it is set, the

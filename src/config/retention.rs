@@ -71,15 +71,15 @@ pub(super) const BOUNDS: &[Bound] = &[
 
 impl RetentionSettings {
     /// The age past which consumed events go; `None`: kept forever.
-    pub fn events_after(&self) -> Option<Duration> {
+    pub(crate) fn events_after(&self) -> Option<Duration> {
         days(self.events_days)
     }
     /// The age past which runs go; `None`: kept forever.
-    pub fn runs_after(&self) -> Option<Duration> {
+    pub(crate) fn runs_after(&self) -> Option<Duration> {
         days(self.runs_days)
     }
     /// How many frames each matter keeps; `None`: every frame.
-    pub fn frames_kept(&self) -> Option<u32> {
+    pub(crate) fn frames_kept(&self) -> Option<u32> {
         (self.frames_keep > 0).then_some(self.frames_keep)
     }
 }

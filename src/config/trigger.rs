@@ -44,7 +44,7 @@ pub(super) const BOUNDS: &[Bound] = &[
 
 impl TriggerSettings {
     /// How long a matter actor stays idle before its supervisor stops it.
-    pub fn idle_after(&self) -> Duration {
+    pub(crate) fn idle_after(&self) -> Duration {
         seconds(self.idle_seconds)
     }
 
