@@ -1,0 +1,21 @@
+//! `[reconcile]`: when the broker transport looks again at demands it may have missed.
+
+use serde::Deserialize;
+
+use super::Bound;
+use super::bounds::DAY_S;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileSettings {
+    pub after_seconds: f64,
+}
+
+pub(super) const BOUNDS: &[Bound] = &[bound!(
+    "reconcile.after_seconds",
+    0.01,
+    DAY_S,
+    Seconds,
+    |s| s.reconcile.after_seconds,
+    real
+)];
