@@ -639,6 +639,7 @@ async fn a_claim_batch_whose_answer_is_unusable_is_settled_by_its_run_ids() {
             .unwrap();
         c.batch_execute(&common::mutations::patched(
             "claim_batch",
+            "one answer per member",
             // A batch of one is the single claim (ops.claim calls ops.claim_batch): it goes on
             // as it was; a batch of more answers one token too many.
             &[(

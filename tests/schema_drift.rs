@@ -220,6 +220,19 @@ fn dump(url: &str, functions: bool) -> String {
     text
 }
 
+/// `dump` without its `-- rule: <name>` marker comments, and nothing else changed: a marker
+/// after code goes with the blanks before it, a line holding only a marker goes whole.
+fn without_rule_markers(dump: &str) -> String {
+    dump.lines()
+        .filter_map(|l| match l.find("-- rule: ") {
+            Some(pos) if l[..pos].trim().is_empty() => None,
+            Some(pos) => Some(l[..pos].trim_end()),
+            None => Some(l),
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// The first line where `found` and `expected` differ, for a failure message a reader can act on.
 fn first_difference(found: &str, expected: &str) -> String {
     let (f, e): (Vec<&str>, Vec<&str>) = (found.lines().collect(), expected.lines().collect());
@@ -401,11 +414,52 @@ async fn every_planted_bug_applies_to_the_live_sql() {
     let db = TestDb::new(1).await.expect("test db");
     let mut c = db.connection().await.expect("connection");
     for m in common::mutations::all() {
-        let sql = (m.sql)();
+        let sql = m.sql();
         c.batch_execute(&format!("BEGIN; {sql}; ROLLBACK;"))
             .await
             .unwrap_or_else(|e| panic!("mutation {} does not apply: {e}", m.name));
     }
+}
+
+/// A planted bug lands whole or not at all: a marker that is missing, an edit that does not
+/// match in the text its marker marks, or a marked place left unchanged panics naming the
+/// function and the marker, instead of planting nothing.
+#[test]
+fn a_mutation_that_misses_its_marked_rule_fails_naming_it() {
+    use common::mutations::plant;
+    let def = "BEGIN\n    IF a > b THEN  -- rule: cap\n        RETURN 1;\n    END IF;\n    \
+               -- rule: sum\n    RETURN x\n       + y;\n    RETURN x + z;  -- rule: cap\nEND";
+    // Whitespace aside; a marker alone on its line marks the statement below it.
+    assert_eq!(
+        plant(def, "f", "sum", &[("x + y", "x - y")]),
+        def.replace("x\n       + y", "x - y")
+    );
+    assert_eq!(
+        plant(def, "f", "cap", &[("a > b", "false"), ("x + z", "0")]),
+        def.replace("a > b", "false").replace("x + z", "0")
+    );
+    let misses: [(&str, &[(&str, &str)]); 4] = [
+        ("gone", &[("a > b", "false")]),
+        ("cap", &[("a < b", "false")]),
+        ("cap", &[("a > b", "false")]),
+        ("sum", &[("x + z", "0")]),
+    ];
+    for (rule, edits) in misses {
+        let panic = std::panic::catch_unwind(|| plant(def, "f", rule, edits))
+            .expect_err("a mutation that misses its rule planted something");
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            message.contains("ops.f") && message.contains(&format!("-- rule: {rule}")),
+            "the refusal does not name the function and the marker: {message}"
+        );
+    }
+}
+
+/// Every planted bug of `common::mutations` is planted at a marked rule, not at a layout: the
+/// same bug lands in its function reformatted (whitespace only, the way a formatter might).
+#[test]
+fn every_planted_bug_survives_reformatting_its_function() {
+    common::mutations::assert_every_plant_survives_reformatting();
 }
 
 /// Every migration runs up, then every one down (newest first), then up again, on an empty
@@ -505,8 +559,13 @@ fn pre_release_migrations(dir: &std::path::Path) -> std::path::PathBuf {
 /// A database the pre-release migrations built (by diesel's harness, from their files in git
 /// history, as a pre-release `briefrail migrate` did) has exactly the baseline's catalog, so
 /// `briefrail migrate` adopts it: the baseline is recorded without running, beside the squashed
-/// versions (so pre-release nodes keep serving), and nothing else changes. A database part-way through them is
-/// refused, naming its last version, and left as it was.
+/// versions (so pre-release nodes keep serving), and nothing else changes. A database part-way
+/// through them is refused, naming its last version, and left as it was.
+///
+/// The two catalogs are compared whole, function bodies and settings included, except for the
+/// `-- rule: <name>` marker comments (see [`without_rule_markers`]): the baseline marks in its
+/// function bodies the rules the planted bugs of `common::mutations` break, and an adopted
+/// database keeps the unmarked bodies, which run the same.
 #[tokio::test]
 async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
     use briefrail::db::admin;
@@ -552,10 +611,11 @@ async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
         }
         let baseline = TestDb::new(1).await.map_err(|e| e.to_string())?;
         let built = dump(&url, true);
-        if built != dump(&baseline.url, true) {
+        let expected = without_rule_markers(&dump(&baseline.url, true));
+        if without_rule_markers(&built) != expected {
             return Err(format!(
                 "the baseline's catalog is not the pre-release migrations' catalog: {}",
-                first_difference(&built, &dump(&baseline.url, true))
+                first_difference(&without_rule_markers(&built), &expected)
             ));
         }
         let versions = |url: String| async move {

@@ -6,8 +6,12 @@
 -- function plus catalog.sql, and is the place to read what runs today. This file never
 -- changes again: a later schema change is a migration of its own, after this one.
 --
+-- The `-- rule: <name>` comments in the function bodies name the rules that the planted bugs
+-- of tests/common/mutations.rs break: each bug is planted at its marker, so reformatting the
+-- SQL does not lose it. A comment changes nothing that runs.
+--
 -- A database built by the pre-release migrations is adopted without running this file
--- (src/db/migrate.rs): its catalog is this one.
+-- (src/db/migrate.rs): its catalog is this one, but for some of those markers.
 
 -- Function bodies refer to tables created further down; Postgres checks them when called.
 SET LOCAL check_function_bodies = false;
@@ -58,13 +62,13 @@ BEGIN
         RETURNING c.event_id
     ), gated AS (
         SELECT ev.*,
-               CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)
+               CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)  -- rule: each event once
                     THEN 'duplicate'
                     WHEN NOT (ev.event_name = ANY (p_heard)) THEN 'not_heard'
                     WHEN m.firm_id IS NULL
                     THEN CASE WHEN EXISTS (SELECT 1 FROM record.matters k WHERE k.firm_id = ev.firm_id)
                               THEN 'unknown_matter' ELSE 'unknown_firm' END
-                    WHEN m.archived THEN 'archived'
+                    WHEN m.archived THEN 'archived'  -- rule: archived matters are gated
                     ELSE 'demand' END AS gate
           FROM ev
                LEFT JOIN LATERAL (SELECT r.firm_id, r.archived_at IS NOT NULL AS archived
@@ -162,12 +166,12 @@ BEGIN
         -- (nobody else can move a row this transaction holds).
         SELECT array_agg(l.row_at) INTO v_rows
           FROM (SELECT u.* FROM unnest(p_firms, p_matters) AS u(firm, matter)
-                 ORDER BY u.firm, u.matter) u
+                 ORDER BY u.firm, u.matter) u  -- rule: lock in key order
                CROSS JOIN LATERAL (SELECT j.ctid AS row_at FROM ops.matter_frame_jobs j
                                     WHERE j.firm_id = u.firm AND j.matter_id = u.matter
                                       FOR NO KEY UPDATE) l;
         WITH member AS (
-            SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live
+            SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live  -- rule: archived matters are not claimed
               FROM unnest(p_firms, p_matters, p_lease_secs, p_run_ids, p_only_unserved,
                           p_max_attempts)
                    AS x(firm, matter, lease_secs, run_id, only_unserved, max_attempts)
@@ -182,13 +186,14 @@ BEGIN
                 claimed_cluster      = ops.cluster_id(),
                 claimed_run_id       = a.run_id,
                 lease_seconds        = a.lease_secs,
-                lease_expires_at     = ops.clock() + make_interval(secs => a.lease_secs),
+                lease_expires_at     = ops.clock() + make_interval(secs => a.lease_secs),  -- rule: lease from the clock now
                 consecutive_failures = CASE WHEN a.only_unserved THEN j.consecutive_failures ELSE 0 END,
                 updated_at           = ops.now()
               FROM member a
              WHERE j.ctid = ANY (v_rows)
                AND j.firm_id = a.firm AND j.matter_id = a.matter
                AND (j.run_status <> 'running' OR j.lease_expires_at < ops.now())
+               -- rule: retry only the unserved by row
                AND (NOT a.only_unserved OR (j.landed_generation < j.requested_generation
                                             AND j.consecutive_failures < a.max_attempts))
                AND a.live
@@ -213,8 +218,8 @@ BEGIN
                    pg_current_snapshot()::text, ops.cluster_id(), a.run_id, a.lease_secs,
                    ops.clock() + make_interval(secs => a.lease_secs)
               FROM member a
-             WHERE NOT ops.is_archived(a.firm, a.matter)
-             ORDER BY a.firm, a.matter
+             WHERE NOT ops.is_archived(a.firm, a.matter)  -- rule: archived matters are not claimed
+             ORDER BY a.firm, a.matter  -- rule: lock in key order
             ON CONFLICT (firm_id, matter_id) DO UPDATE SET
                 run_status           = 'running',
                 rebuild_needed       = false,
@@ -225,16 +230,17 @@ BEGIN
                 claimed_cluster      = ops.cluster_id(),
                 claimed_run_id       = excluded.claimed_run_id,
                 lease_seconds        = excluded.lease_seconds,
-                lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),
+                lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),  -- rule: lease from the clock now
                 consecutive_failures = CASE WHEN (SELECT a.only_unserved FROM member a
                                                    WHERE a.run_id = excluded.claimed_run_id)
                                             THEN j.consecutive_failures ELSE 0 END,
                 updated_at           = ops.now()
             WHERE (j.run_status <> 'running' OR j.lease_expires_at < ops.now())
+              -- rule: retry only the unserved by upsert
               AND (SELECT NOT a.only_unserved OR (j.landed_generation < j.requested_generation
                                                   AND j.consecutive_failures < a.max_attempts)
                      FROM member a WHERE a.run_id = excluded.claimed_run_id)
-              AND NOT ops.is_archived(j.firm_id, j.matter_id)
+              AND NOT ops.is_archived(j.firm_id, j.matter_id)  -- rule: archived matters are not claimed
             RETURNING j.claimed_run_id, j.claimed_generation
         )
         SELECT array_agg(c.claimed_run_id), array_agg(c.claimed_generation)
@@ -262,6 +268,7 @@ BEGIN
         ), superseded AS (
             UPDATE ops.matter_frame_runs r
                SET outcome = 'lease_expired', finished_at = ops.now()
+             -- rule: superseded runs by key
              WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))
                AND r.outcome IS NOT DISTINCT FROM 'running'
         )
@@ -272,10 +279,10 @@ BEGIN
                'running', c.trace_id, coalesce(c.event_ids::uuid[], '{}')
           FROM claimed c;
     END IF;
-    SELECT array_agg(c.token ORDER BY m.n) INTO v_tokens
+    SELECT array_agg(c.token ORDER BY m.n) INTO v_tokens  -- rule: answers in member order
       FROM unnest(p_firms, p_matters, p_run_ids) WITH ORDINALITY AS m(firm, matter, run_id, n)
            LEFT JOIN unnest(v_claimed, v_gens) AS c(run_id, token) ON c.run_id = m.run_id;
-    RETURN coalesce(v_tokens, '{}');
+    RETURN coalesce(v_tokens, '{}');  -- rule: one answer per member
 END
 $$;
 
@@ -303,7 +310,7 @@ DECLARE
 BEGIN
     IF v_offset IS NULL OR v_offset = '' THEN
         v_offset := coalesce((SELECT c.offset_seconds FROM ops.ledger_clock c), 0)::text;
-        PERFORM set_config('briefrail.clock_offset', v_offset, true);
+        PERFORM set_config('briefrail.clock_offset', v_offset, true);  -- rule: offset for this transaction only
     END IF;
     RETURN v_offset::double precision;
 END
@@ -364,12 +371,12 @@ BEGIN
     -- compare-and-swap below finds them by position whatever the statistics say.
     SELECT array_agg(l.row_at) INTO v_rows
       FROM (SELECT u.* FROM unnest(p_firms, p_matters) WITH ORDINALITY AS u(firm, matter, n)
-             ORDER BY u.firm, u.matter) u
+             ORDER BY u.firm, u.matter) u  -- rule: lock in key order
            CROSS JOIN LATERAL (SELECT j.ctid AS row_at FROM ops.matter_frame_jobs j
                                 WHERE j.firm_id = u.firm AND j.matter_id = u.matter
                                   FOR NO KEY UPDATE) l;
     WITH member AS (
-        SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live
+        SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live  -- rule: archived matters get no follow-up
           FROM unnest(p_firms, p_matters, p_tokens, p_run_ids, p_next_run_ids, p_nodes)
                WITH ORDINALITY AS x(firm, matter, token, run_id, next_run_id, node, n)
     ), landed AS (
@@ -397,9 +404,10 @@ BEGIN
             updated_at           = ops.now()
           FROM (SELECT DISTINCT ON (d.firm, d.matter, d.token, d.run_id) d.*
                   FROM member d ORDER BY d.firm, d.matter, d.token, d.run_id, d.n) m
+         -- rule: job rows by position
          WHERE j.ctid = ANY (v_rows)
            AND j.firm_id = m.firm AND j.matter_id = m.matter AND j.run_status IS NOT DISTINCT FROM 'running'
-           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id
+           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id  -- rule: fenced by its own claim
         RETURNING j.firm_id, j.matter_id, j.run_status, j.claimed_generation, m.run_id,
                   m.next_run_id, m.node, m.n
     ), run AS (
@@ -415,7 +423,7 @@ BEGIN
           FROM landed l WHERE l.run_status = 'running'
     )
     SELECT array_agg(CASE WHEN l.run_status = 'running' THEN l.claimed_generation
-                          WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n) INTO v_after
+                          WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n) INTO v_after  -- rule: answers in member order
       FROM member m LEFT JOIN landed l ON l.n = m.n;
     RETURN coalesce(v_after, '{}');
 END
@@ -440,7 +448,7 @@ BEGIN
         RETURN NULL;
     END IF;
     v_refused := ops.insert_frame(p_firm, p_matter, p_token, p_run_id, p_body);
-    IF v_refused IS NOT NULL THEN
+    IF v_refused IS NOT NULL THEN  -- rule: a refused frame fails the claim
         RAISE EXCEPTION USING ERRCODE = 'BRF01', MESSAGE = v_refused,
                               HINT = 'briefrail: frame refused';
     END IF;
@@ -531,7 +539,7 @@ BEGIN
           FROM judged jd
     ), upserted AS (
         INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, requested_generation)
-        SELECT jd.firm, jd.matter, count(*) FILTER (WHERE NOT jd.covered)
+        SELECT jd.firm, jd.matter, count(*) FILTER (WHERE NOT jd.covered)  -- rule: every uncovered demand counts
           FROM judged jd
          GROUP BY jd.firm, jd.matter
          ORDER BY jd.firm, jd.matter
@@ -544,7 +552,7 @@ BEGIN
             updated_at           = ops.now()
         RETURNING j.firm_id, j.matter_id, j.requested_generation
     )
-    SELECT array_agg(CASE WHEN r.covered THEN NULL ELSE u.requested_generation - r.later END
+    SELECT array_agg(CASE WHEN r.covered THEN NULL ELSE u.requested_generation - r.later END  -- rule: each demand its own generation
                      ORDER BY r.n) INTO v_out
       FROM ranked r JOIN upserted u ON u.firm_id = r.firm AND u.matter_id = r.matter;
     RETURN coalesce(v_out, '{}');
@@ -712,7 +720,7 @@ BEGIN
                lease_expires_at = ops.clock() + make_interval(secs => lease_seconds),
                updated_at = ops.now()
          WHERE firm_id = p_firm AND matter_id = p_matter AND run_status IS NOT DISTINCT FROM 'running'
-           AND claimed_generation = p_token AND claimed_run_id = p_run_id
+           AND claimed_generation = p_token AND claimed_run_id = p_run_id  -- rule: fenced by its own claim
         RETURNING 1
     ), run AS (
         UPDATE ops.matter_frame_runs
@@ -762,7 +770,7 @@ DECLARE
 BEGIN
     BEGIN
         v_body := p_body::jsonb;
-    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN  -- rule: a refused frame is answered
         RETURN SQLSTATE || ': ' || SQLERRM;
     END;
     INSERT INTO ops.matter_frames (firm_id, matter_id, generation, run_id, body)
@@ -896,13 +904,15 @@ CREATE FUNCTION ops.prune_events(p_consumer text, p_older_than_secs double preci
     WITH doomed AS (
         SELECT e.event_id
           FROM ops.domain_event_outbox e
-         WHERE e.published_at < ops.now() - make_interval(secs => p_older_than_secs)
+         WHERE e.published_at < ops.now() - make_interval(secs => p_older_than_secs)  -- rule: published events only
+           -- rule: consumed events only
            AND EXISTS (SELECT 1 FROM ops.consumed_events c
                         WHERE c.consumer = p_consumer AND c.event_id = e.event_id)
          ORDER BY e.published_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), gone AS (
+        -- rule: delete by key
         DELETE FROM ops.domain_event_outbox o
          WHERE o.event_id = ANY (ARRAY(SELECT d.event_id FROM doomed d))
         RETURNING o.event_id, o.created_at
@@ -951,8 +961,8 @@ CREATE FUNCTION ops.prune_frames(p_keep integer, p_young_secs double precision, 
          CROSS JOIN LATERAL (
                SELECT o.ctid FROM ops.matter_frames o
                 WHERE o.firm_id = v.firm_id AND o.matter_id = v.matter_id
-                  AND o.generation < oldest_kept.generation
-                  AND o.created_at < (SELECT y.since FROM young y)
+                  AND o.generation < oldest_kept.generation  -- rule: the newest frames stay
+                  AND o.created_at < (SELECT y.since FROM young y)  -- rule: young frames stay
                OFFSET 0) f
     ), gone AS (
         -- By row address: frames are never updated, so the address read above is the row.
@@ -982,7 +992,7 @@ CREATE FUNCTION ops.prune_runs(p_older_than_secs double precision, p_limit integ
            AND r.outcome <> 'running'
            AND EXISTS (SELECT 1 FROM ops.matter_frame_runs n
                         WHERE n.firm_id = r.firm_id AND n.matter_id = r.matter_id
-                          AND n.token > r.token)
+                          AND n.token > r.token)  -- rule: the latest run stays
          ORDER BY r.started_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
@@ -1027,8 +1037,8 @@ DECLARE
     v_result bigint;
 BEGIN
     UPDATE ops.matter_frame_jobs
-       SET requested_generation = requested_generation + 1,
-           rebuild_needed       = true,
+       SET requested_generation = requested_generation + 1,  -- rule: the loser is recorded
+           rebuild_needed       = true,  -- rule: the loser is recorded
            consecutive_failures = 0,
            not_before           = NULL,
            updated_at           = ops.now()
@@ -1063,7 +1073,7 @@ CREATE FUNCTION ops.release_claim(p_firm uuid, p_matter uuid, p_token bigint, p_
     AS $$
     WITH released AS (
         UPDATE ops.matter_frame_jobs
-           SET run_status = 'idle', not_before = NULL, updated_at = ops.now()
+           SET run_status = 'idle', not_before = NULL, updated_at = ops.now()  -- rule: released, not failed
          WHERE firm_id = p_firm AND matter_id = p_matter AND run_status IS NOT DISTINCT FROM 'running'
            AND claimed_generation = p_token AND claimed_run_id = p_run_id
         RETURNING 1
@@ -1086,8 +1096,8 @@ CREATE FUNCTION ops.snapshot_covers(p_xact bigint, p_snapshot text, p_cluster bi
     AS $$
 BEGIN
     RETURN p_xact IS NOT NULL AND p_snapshot IS NOT NULL
-       AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()
-       AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot);
+       AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()  -- rule: this cluster only
+       AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot);  -- rule: covered only if seen
 END
 $$;
 
@@ -1106,6 +1116,7 @@ DECLARE
 BEGIN
     WITH started AS (
         UPDATE ops.matter_frame_jobs
+           -- rule: the lease starts now
            SET claimed_at = ops.clock(),
                lease_expires_at = ops.clock() + make_interval(secs => lease_seconds)
          WHERE firm_id = p_firm AND matter_id = p_matter AND run_status IS NOT DISTINCT FROM 'running'
@@ -1131,7 +1142,7 @@ CREATE FUNCTION ops.sweep(p_limit integer) RETURNS TABLE(firm_id uuid, matter_id
     WITH expired AS (
         SELECT j.firm_id, j.matter_id
           FROM ops.matter_frame_jobs j
-         WHERE j.run_status = 'running' AND j.lease_expires_at < ops.now()
+         WHERE j.run_status = 'running' AND j.lease_expires_at < ops.now()  -- rule: only expired leases
          ORDER BY j.lease_expires_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
@@ -1187,7 +1198,7 @@ BEGIN
                   LEFT JOIN ops.matter_frame_jobs j
                          ON j.firm_id = p.firm_id AND j.matter_id = p.matter_id
                  WHERE (p.firm_id, p.matter_id) <> (p_firm, p_matter)
-                   AND NOT coalesce(j.claimed_at >= p.granted_at, false))
+                   AND NOT coalesce(j.claimed_at >= p.granted_at, false))  -- rule: unclaimed permits count
           INTO v_running;
         IF v_running >= r.max_running THEN  -- rule: global cap
             RETURN 0.1;
@@ -1229,7 +1240,7 @@ CREATE FUNCTION ops.unserved(p_max_attempts integer, p_limit integer, p_quiet_se
        AND (j.not_before IS NULL OR j.not_before <= ops.now())
        AND j.consecutive_failures < p_max_attempts
        AND j.updated_at <= ops.now() - make_interval(secs => p_quiet_secs)
-       AND NOT ops.is_archived(j.firm_id, j.matter_id)
+       AND NOT ops.is_archived(j.firm_id, j.matter_id)  -- rule: archived matters are not reconciled
      ORDER BY j.not_before NULLS FIRST
      LIMIT p_limit
 $$;

@@ -11,6 +11,7 @@
 //! test that stops being able to see its bug fails the suite, and a change to the live SQL that
 //! a mutation no longer matches fails it too (the mutation names what it expected to find).
 
+use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
 
@@ -19,10 +20,41 @@ pub struct Mutation {
     pub name: &'static str,
     /// The guarantee it breaks, in words.
     pub breaks: &'static str,
-    /// The SQL that plants it.
-    pub sql: fn() -> String,
+    /// What plants it, in order.
+    pub plants: &'static [Plant],
     /// `binary::test` of every test that must fail under it.
     pub killers: &'static [&'static str],
+}
+
+/// One part of a planted bug.
+pub enum Plant {
+    /// `ops.<function>` redefined from its live text with `edits` made at the rule marked
+    /// `-- rule: <rule>` (see [`plant`]).
+    Rule {
+        function: &'static str,
+        rule: &'static str,
+        edits: &'static [(&'static str, &'static str)],
+    },
+    /// SQL of its own: a key or trigger dropped, a setting reset.
+    Sql(&'static str),
+}
+
+impl Mutation {
+    /// The SQL that plants it.
+    pub fn sql(&self) -> String {
+        self.plants
+            .iter()
+            .map(|p| match p {
+                Plant::Rule {
+                    function,
+                    rule,
+                    edits,
+                } => patched(function, rule, edits),
+                Plant::Sql(sql) => (*sql).to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 /// The live text of `ops.<function>`, as `tests/schema_drift.rs` generated it.
@@ -38,46 +70,206 @@ fn live_sql(function: &str) -> String {
     })
 }
 
-/// The live definition of `ops.<function>` (a `CREATE OR REPLACE`), each `(from, to)` replaced
-/// (each `from` must occur exactly once in it). Also how a test plants a fault of its own.
-pub fn patched(function: &str, edits: &[(&str, &str)]) -> String {
+/// The live definition of `ops.<function>`: its `CREATE OR REPLACE FUNCTION` statement.
+fn live_definition(function: &str) -> String {
     let sql = live_sql(function);
     let head = format!("CREATE OR REPLACE FUNCTION ops.{function}(");
     let start = sql
         .find(&head)
         .unwrap_or_else(|| panic!("no live definition of ops.{function}"));
-    let mut def = sql[start..].trim_end().to_owned();
+    sql[start..].trim_end().to_owned()
+}
+
+/// The live definition of `ops.<function>` with `edits` made at the rule marked
+/// `-- rule: <rule>` in it (see [`plant`]). Also how a test plants a fault of its own.
+pub fn patched(function: &str, rule: &str, edits: &[(&str, &str)]) -> String {
+    plant(&live_definition(function), function, rule, edits)
+}
+
+/// `def` (the text of `ops.<function>`) with each `(from, to)` of `edits` made at the rule
+/// marked `-- rule: <rule>`. A marker after code marks the code before it on its line; a
+/// marker alone on its line marks the statement that follows, up to its `;` (or the end of the
+/// body). One rule may be marked in several places. Each `from` is found with whitespace
+/// ignored, so reformatting the function does not move a planted bug: it must occur exactly
+/// once in all the text the marker marks together, and every marked place must be changed.
+/// Anything else panics naming the function and the marker, so a bug is never planted half.
+pub fn plant(def: &str, function: &str, rule: &str, edits: &[(&str, &str)]) -> String {
+    let regions = marked(def, function, rule);
+    let mut changed = vec![false; regions.len()];
+    let mut spans: Vec<(Range<usize>, &str)> = Vec::new();
     for (from, to) in edits {
-        let n = def.matches(from).count();
-        assert_eq!(
-            n, 1,
-            "mutation of ops.{function}: {from:?} occurs {n} times in its live text (the SQL changed: update the mutation)"
+        let hits: Vec<(usize, Range<usize>)> = regions
+            .iter()
+            .enumerate()
+            .flat_map(|(k, r)| {
+                find_loose(&def[r.clone()], from)
+                    .into_iter()
+                    .map(move |m| (k, r.start + m.start..r.start + m.end))
+            })
+            .collect();
+        let [(k, span)] = &hits[..] else {
+            let text: Vec<&str> = regions.iter().map(|r| def[r.clone()].trim()).collect();
+            panic!(
+                "mutation of ops.{function} at `-- rule: {rule}`: {from:?} occurs {} times in \
+                 the text it marks (whitespace aside; the SQL changed: update the mutation): {text:?}",
+                hits.len()
+            );
+        };
+        assert!(
+            spans
+                .iter()
+                .all(|(s, _)| s.end <= span.start || span.end <= s.start),
+            "mutation of ops.{function} at `-- rule: {rule}`: {from:?} overlaps another edit"
         );
-        def = def.replacen(from, to, 1);
+        changed[*k] = true;
+        spans.push((span.clone(), to));
+    }
+    assert!(
+        changed.iter().all(|c| *c),
+        "mutation of ops.{function} at `-- rule: {rule}`: the marker marks {} places and the \
+         edits change {} of them (a rule marked in a new place needs its edit too)",
+        regions.len(),
+        changed.iter().filter(|c| **c).count()
+    );
+    // Every edit is found in the text as it was; made from the last, each leaves the places of
+    // the others where they were.
+    spans.sort_by_key(|(s, _)| std::cmp::Reverse(s.start));
+    let mut def = def.to_owned();
+    for (span, to) in spans {
+        def.replace_range(span, to);
     }
     def
 }
 
-/// The live definition of `ops.<function>` with one edit made inside the line that carries the
-/// marker `-- rule: <rule>` (the marker names the rule; `from` must occur once in that line):
-/// a planted bug that survives any reformatting of the rest of the function.
-pub fn patched_rule(function: &str, rule: &str, from: &str, to: &str) -> String {
-    let def = patched(function, &[]);
-    let marker = format!("-- rule: {rule}");
-    let lines: Vec<&str> = def.lines().filter(|l| l.contains(&marker)).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "ops.{function} has {} lines marked {marker:?}",
-        lines.len()
+/// The text marked `-- rule: <rule>` in `def` (see [`plant`]); panics naming the function and
+/// the marker when there is none.
+fn marked(def: &str, function: &str, rule: &str) -> Vec<Range<usize>> {
+    const MARKER: &str = "-- rule:";
+    let mut regions = Vec::new();
+    let mut at = 0;
+    for line in def.split_inclusive('\n') {
+        if let Some(pos) = line.find(MARKER)
+            && line[pos + MARKER.len()..].trim() == rule
+        {
+            if line[..pos].trim().is_empty() {
+                let start = at + line.len();
+                regions.push(start..statement_end(def, start));
+            } else {
+                regions.push(at..at + pos);
+            }
+        }
+        at += line.len();
+    }
+    assert!(
+        !regions.is_empty(),
+        "ops.{function} has no marker `-- rule: {rule}` (a mutation plants its bug there: \
+         mark the rule in the migration, or update the mutation)"
     );
-    let line = lines[0];
-    assert_eq!(
-        line.matches(from).count(),
-        1,
-        "the line marked {marker:?} of ops.{function} does not hold {from:?} once: {line:?}"
-    );
-    def.replacen(line, &line.replacen(from, to, 1), 1)
+    regions
+}
+
+/// Where the SQL statement that starts at byte `from` of `def` ends: after its first `;`
+/// outside a string literal or a comment, or at the end of `def`.
+fn statement_end(def: &str, from: usize) -> usize {
+    let b = def.as_bytes();
+    let mut i = from;
+    while i < b.len() {
+        match b[i] {
+            b'\'' => {
+                i += 1;
+                while i < b.len() && b[i] != b'\'' {
+                    i += 1;
+                }
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b';' => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+/// The byte ranges of `text` where `pattern` occurs, whitespace ignored in both (a range
+/// runs from the first to the last character matched).
+fn find_loose(text: &str, pattern: &str) -> Vec<Range<usize>> {
+    let pattern: Vec<char> = pattern.chars().filter(|c| !c.is_whitespace()).collect();
+    assert!(!pattern.is_empty(), "a mutation edits nothing");
+    let chars: Vec<(usize, char)> = text
+        .char_indices()
+        .filter(|(_, c)| !c.is_whitespace())
+        .collect();
+    chars
+        .windows(pattern.len())
+        .filter(|w| w.iter().map(|(_, c)| *c).eq(pattern.iter().copied()))
+        .map(|w| {
+            let (last, c) = w[w.len() - 1];
+            w[0].0..last + c.len_utf8()
+        })
+        .collect()
+}
+
+/// `def` reformatted the way a person or a formatter might, changing only whitespace: every
+/// line re-indented, runs of blanks made one, blanks inside parentheses and after commas, and
+/// each `AND` of a line without a comment on a line of its own.
+fn reflowed(def: &str) -> String {
+    let mut out = String::new();
+    for line in def.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let (code, comment) = match line.find("--") {
+            Some(pos) => line.split_at(pos),
+            None => (line, ""),
+        };
+        let code = code
+            .replace('(', "( ")
+            .replace(')', " )")
+            .replace(',', ", ");
+        let mut code = code.split_whitespace().collect::<Vec<_>>().join(" ");
+        if comment.is_empty() {
+            code = code.replace(" AND ", "\n        AND ");
+        }
+        let pad = " ".repeat(indent * 2 + 3);
+        out.push_str(&format!("{pad}{code}  {comment}\n"));
+    }
+    out
+}
+
+/// Every mutation planted at a marker plants the same bug (whitespace aside) in its function
+/// reformatted by [`reflowed`]: a mutation follows its rule, not the layout of the SQL.
+pub fn assert_every_plant_survives_reformatting() {
+    let squash = |s: &str| s.split_whitespace().collect::<String>();
+    let mut planted = 0;
+    for m in all() {
+        for p in m.plants {
+            if let Plant::Rule {
+                function,
+                rule,
+                edits,
+            } = p
+            {
+                let def = live_definition(function);
+                let re = reflowed(&def);
+                assert_eq!(
+                    squash(&def),
+                    squash(&re),
+                    "reflowed changed more than whitespace"
+                );
+                assert_ne!(def, re, "ops.{function}: reflowed changed nothing");
+                assert_eq!(
+                    squash(&plant(&re, function, rule, edits)),
+                    squash(&plant(&def, function, rule, edits)),
+                    "mutation {} plants another bug in ops.{function} reformatted",
+                    m.name
+                );
+                planted += 1;
+            }
+        }
+    }
+    assert!(planted > 0, "no mutation is planted at a marker");
 }
 
 /// Every mutation, with its killers.
@@ -86,14 +278,14 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "fair_pick_ignores_the_firms_load",
             breaks: "fairness: the next claim goes to the firm with the fewest builds running",
-            sql: || {
-                patched_rule(
-                    "fair_pick",
-                    "fair share",
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "fair share",
+                edits: &[(
                     "(coalesce(r.n, 0) + c.pending)::float8 / coalesce(f.weight, 1),",
                     "",
-                )
-            },
+                )],
+            }],
             killers: &[
                 "fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
                 "fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
@@ -102,7 +294,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "fair_pick_ignores_the_weights",
             breaks: "fairness: a firm's share of scarce slots follows its weight",
-            sql: || patched_rule("fair_pick", "fair share", " / coalesce(f.weight, 1)", ""),
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "fair share",
+                edits: &[(" / coalesce(f.weight, 1)", "")],
+            }],
             killers: &[
                 "fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
             ],
@@ -110,7 +306,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "fair_pick_background_before_interactive",
             breaks: "fairness: interactive demands are claimed before background ones",
-            sql: || patched_rule("fair_pick", "interactive first", "DESC", "ASC"),
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "interactive first",
+                edits: &[("DESC", "ASC")],
+            }],
             killers: &[
                 "fairness::interactive_demands_are_picked_before_background_ones",
                 "fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
@@ -119,14 +319,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "fair_pick_never_promotes_background",
             breaks: "fairness: background work is never starved (promoted after the bound)",
-            sql: || {
-                patched_rule(
-                    "fair_pick",
-                    "interactive first",
-                    " OR c.waited >= p_promote_secs",
-                    "",
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "interactive first",
+                edits: &[(" OR c.waited >= p_promote_secs", "")],
+            }],
             killers: &[
                 "fairness::a_background_demand_waiting_past_the_bound_is_served_as_interactive",
             ],
@@ -134,52 +331,54 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "fair_pick_serves_paused_firms",
             breaks: "pause: a paused firm's demands wait until it is resumed",
-            sql: || {
-                patched_rule(
-                    "fair_pick",
-                    "paused firms wait",
-                    "NOT coalesce(f.paused, false)",
-                    "true",
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "paused firms wait",
+                edits: &[("NOT coalesce(f.paused, false)", "true")],
+            }],
             killers: &["fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
         },
         Mutation {
             name: "fair_pick_ignores_the_paused_rail",
             breaks: "pause: nothing is claimed while the rail is paused",
-            sql: || {
-                patched_rule(
-                    "fair_pick",
-                    "rail paused",
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "rail paused",
+                edits: &[(
                     "coalesce((SELECT r.paused FROM ops.rail r), false)",
                     "false",
-                )
-            },
+                )],
+            }],
             killers: &["fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
         },
         Mutation {
             name: "fair_pick_youngest_first",
             breaks: "fairness: within a firm's share, the oldest demand is claimed first",
-            sql: || patched_rule("fair_pick", "oldest first", "DESC", "ASC"),
+            plants: &[Plant::Rule {
+                function: "fair_pick",
+                rule: "oldest first",
+                edits: &[("DESC", "ASC")],
+            }],
             killers: &["fairness::within_a_firms_share_the_oldest_demand_is_picked_first"],
         },
         Mutation {
             name: "take_permit_without_the_lock",
             breaks: "limits: two nodes asking at once cannot both take the cap's last slot",
-            sql: || patched_rule("take_permit", "one grant at a time", " FOR UPDATE", ""),
+            plants: &[Plant::Rule {
+                function: "take_permit",
+                rule: "one grant at a time",
+                edits: &[(" FOR UPDATE", "")],
+            }],
             killers: &["limits::a_cap_is_never_exceeded_by_nodes_asking_at_once"],
         },
         Mutation {
             name: "take_permit_ignores_the_cap",
             breaks: "limits: builds running on every node together never exceed the cap",
-            sql: || {
-                patched_rule(
-                    "take_permit",
-                    "global cap",
-                    "v_running >= r.max_running",
-                    "false",
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "take_permit",
+                rule: "global cap",
+                edits: &[("v_running >= r.max_running", "false")],
+            }],
             killers: &[
                 "limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
                 "limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
@@ -189,15 +388,14 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "take_permit_forgets_unclaimed_permits",
             breaks: "limits: a permit granted and not yet claimed counts against the cap",
-            sql: || {
-                patched(
-                    "take_permit",
-                    &[(
-                        "AND NOT coalesce(j.claimed_at >= p.granted_at, false)",
-                        "AND false",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "take_permit",
+                rule: "unclaimed permits count",
+                edits: &[(
+                    "AND NOT coalesce(j.claimed_at >= p.granted_at, false)",
+                    "AND false",
+                )],
+            }],
             killers: &[
                 "limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
                 "limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
@@ -206,20 +404,21 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "take_permit_ignores_the_rate",
             breaks: "limits: builds started per minute on every node together obey the rate",
-            sql: || patched_rule("take_permit", "rate limit", "v_tokens < 1", "false"),
+            plants: &[Plant::Rule {
+                function: "take_permit",
+                rule: "rate limit",
+                edits: &[("v_tokens < 1", "false")],
+            }],
             killers: &["limits::the_rate_limit_spaces_starts_across_the_fleet"],
         },
         Mutation {
             name: "take_permit_ignores_the_held_builder",
             breaks: "limits: no build starts on any node before the time the builder gave",
-            sql: || {
-                patched_rule(
-                    "take_permit",
-                    "builder held",
-                    "r.builder_held_until > v_now",
-                    "false",
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "take_permit",
+                rule: "builder held",
+                edits: &[("r.builder_held_until > v_now", "false")],
+            }],
             killers: &[
                 "limits::a_held_builder_holds_every_start_until_its_time",
                 "limits::a_builder_asking_to_wait_holds_every_start_and_spends_no_retry",
@@ -229,21 +428,22 @@ pub fn all() -> Vec<Mutation> {
             name: "outbox_pages_filled_to_the_brim",
             breaks: "speed: the relay's lease rewrites each row on its own page (no index entries)",
             // Not a function: migration 000019's storage parameter, taken back.
-            sql: || "ALTER TABLE ops.domain_event_outbox RESET (fillfactor);".to_owned(),
+            plants: &[Plant::Sql(
+                "ALTER TABLE ops.domain_event_outbox RESET (fillfactor);",
+            )],
             killers: &["ledger::the_relays_lease_rewrites_its_rows_in_place"],
         },
         Mutation {
             name: "claim_batch_in_arrival_order",
             breaks: "batches: two batches over the same rows lock them in one order (no deadlock)",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[
-                        ("\n                 ORDER BY u.firm, u.matter) u", ") u"),
-                        ("             ORDER BY a.firm, a.matter\n", ""),
-                    ],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "lock in key order",
+                edits: &[
+                    ("ORDER BY u.firm, u.matter)", ")"),
+                    ("ORDER BY a.firm, a.matter", ""),
+                ],
+            }],
             killers: &[
                 "batches::a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
             ],
@@ -251,12 +451,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "commit_frames_in_arrival_order",
             breaks: "batches: a commit batch and a trigger batch lock job rows in one order (no deadlock)",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[("ORDER BY u.firm, u.matter) u", "ORDER BY u.n) u")],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "lock in key order",
+                edits: &[("ORDER BY u.firm, u.matter)", "ORDER BY u.n)")],
+            }],
             killers: &[
                 "batches::a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
             ],
@@ -264,57 +463,50 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "claim_by_rows_serves_what_was_served",
             breaks: "batches: a claim batch whose rows all exist claims what its claims alone would",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[(
-                        "               AND (NOT a.only_unserved OR (j.landed_generation < j.requested_generation\n                                            AND j.consecutive_failures < a.max_attempts))\n",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "retry only the unserved by row",
+                edits: &[(
+                    "AND (NOT a.only_unserved OR (j.landed_generation < j.requested_generation AND j.consecutive_failures < a.max_attempts))",
+                    "",
+                )],
+            }],
             killers: &["batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would"],
         },
         Mutation {
             name: "claim_upsert_serves_what_was_served",
             breaks: "batches: a claim batch with a row missing claims what its claims alone would",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[(
-                        "              AND (SELECT NOT a.only_unserved OR (j.landed_generation < j.requested_generation\n                                                  AND j.consecutive_failures < a.max_attempts)\n                     FROM member a WHERE a.run_id = excluded.claimed_run_id)\n",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "retry only the unserved by upsert",
+                edits: &[(
+                    "AND (SELECT NOT a.only_unserved OR (j.landed_generation < j.requested_generation AND j.consecutive_failures < a.max_attempts) FROM member a WHERE a.run_id = excluded.claimed_run_id)",
+                    "",
+                )],
+            }],
             killers: &["batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would"],
         },
         Mutation {
             name: "claim_batch_answers_in_lock_order",
             breaks: "batches: each member of a claim batch gets its own answer",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[(
-                        "array_agg(c.token ORDER BY m.n)",
-                        "array_agg(c.token ORDER BY m.firm, m.matter)",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "answers in member order",
+                edits: &[(
+                    "array_agg(c.token ORDER BY m.n)",
+                    "array_agg(c.token ORDER BY m.firm, m.matter)",
+                )],
+            }],
             killers: &["batches::a_claim_batch_answers_each_member_as_its_own_claim_would"],
         },
         Mutation {
             name: "commit_frames_answers_in_lock_order",
             breaks: "1 and batches: each member of a commit batch is fenced by its own claim",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[(
-                        "WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n)",
-                        "WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.firm, m.matter)",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "answers in member order",
+                edits: &[("ORDER BY m.n)", "ORDER BY m.firm, m.matter)")],
+            }],
             killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
         },
         Mutation {
@@ -322,82 +514,80 @@ pub fn all() -> Vec<Mutation> {
             breaks: "speed: a ledger analyzed while empty still reads each row by key",
             // The transitions plan by the statistics alone again: their settings that forbid a
             // sequential scan and a compiled plan reset.
-            sql: || PLANS_BY_STATISTICS.into(),
+            plants: &[Plant::Sql(PLANS_BY_STATISTICS)],
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "claim_compiles_its_statements",
             breaks: "speed: a transition that disables sequential scans turns JIT off",
-            sql: || {
-                "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET jit;".into()
-            },
+            plants: &[Plant::Sql(
+                "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET jit;",
+            )],
             killers: &["plans::a_transition_that_disables_scans_never_compiles_its_statements"],
         },
         Mutation {
             name: "claim_plans_each_call_anew",
             breaks: "speed: a transition keeps the generic plan from its first call",
-            sql: || {
-                "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET plan_cache_mode;".into()
-            },
+            plants: &[Plant::Sql(
+                "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET plan_cache_mode;",
+            )],
             killers: &["plans::a_transition_plans_generically_from_its_first_call"],
         },
         Mutation {
             name: "commit_reads_its_row_by_the_running_index",
             breaks: "speed: a transition reads its job row by its key, not through a partial index",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[
-                        ("WHERE j.ctid = ANY (v_rows)\n           AND ", "WHERE "),
-                        (
-                            "j.run_status IS NOT DISTINCT FROM 'running'",
-                            "j.run_status = 'running'",
-                        ),
-                    ],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "job rows by position",
+                edits: &[
+                    ("WHERE j.ctid = ANY (v_rows) AND", "WHERE"),
+                    (
+                        "j.run_status IS NOT DISTINCT FROM 'running'",
+                        "j.run_status = 'running'",
+                    ),
+                ],
+            }],
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "commit_joins_its_members_to_the_job_rows",
             breaks: "speed: a batch finds each job row by its key, whatever a plan made on empty tables prefers",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[
-                        (" SET enable_indexscan TO 'off'\n", ""),
-                        ("WHERE j.ctid = ANY (v_rows)\n           AND ", "WHERE "),
-                    ],
-                )
-            },
+            plants: &[
+                Plant::Rule {
+                    function: "commit_claims",
+                    rule: "job rows by position",
+                    edits: &[("WHERE j.ctid = ANY (v_rows) AND", "WHERE")],
+                },
+                Plant::Sql(
+                    "ALTER FUNCTION ops.commit_claims(uuid[], uuid[], bigint[], uuid[], uuid[], text[]) RESET enable_indexscan;",
+                ),
+            ],
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "superseded_runs_closed_by_a_join",
             breaks: "speed: a claim closes superseded runs by its matter's key",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[(
-                        "WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))\n               AND r.outcome IS NOT DISTINCT FROM 'running'",
-                        "FROM claimed c\n             WHERE r.firm_id = c.firm AND r.matter_id = c.matter AND r.outcome = 'running'",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "superseded runs by key",
+                edits: &[(
+                    "WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale)) AND r.outcome IS NOT DISTINCT FROM 'running'",
+                    "FROM claimed c\n             WHERE r.firm_id = c.firm AND r.matter_id = c.matter AND r.outcome = 'running'",
+                )],
+            }],
             killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "clock_offset_kept_for_the_session",
             breaks: "6: the ledger clock is the database's, as every connection reads it now",
-            sql: || {
-                patched(
-                    "clock_offset",
-                    &[(
-                        "set_config('briefrail.clock_offset', v_offset, true)",
-                        "set_config('briefrail.clock_offset', v_offset, false)",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "clock_offset",
+                rule: "offset for this transaction only",
+                edits: &[(
+                    "set_config('briefrail.clock_offset', v_offset, true)",
+                    "set_config('briefrail.clock_offset', v_offset, false)",
+                )],
+            }],
             killers: &[
                 "ledger::a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connection",
             ],
@@ -405,29 +595,27 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "commit_frames_with_the_first_token",
             breaks: "1: in a batch, a frame whose claim is not current never lands",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[(
-                        "AND j.claimed_generation = m.token",
-                        "AND j.claimed_generation = p_tokens[1]",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "fenced by its own claim",
+                edits: &[(
+                    "j.claimed_generation = m.token",
+                    "j.claimed_generation = p_tokens[1]",
+                )],
+            }],
             killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
         },
         Mutation {
             name: "commit_without_the_claims_identity",
             breaks: "1: a frame whose claim is not current never lands",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[(
-                        "\n           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "fenced by its own claim",
+                edits: &[(
+                    "AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id",
+                    "",
+                )],
+            }],
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_zombie_commit_is_fenced_after_the_sweep",
@@ -438,7 +626,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "commit_without_the_run_id",
             breaks: "1: a token number handed out twice fences the old holder",
-            sql: || patched("commit_claims", &[(" AND j.claimed_run_id = m.run_id", "")]),
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "fenced by its own claim",
+                edits: &[(" AND j.claimed_run_id = m.run_id", "")],
+            }],
             killers: &[
                 "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
                 "restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
@@ -447,15 +639,14 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "heartbeat_without_the_claims_identity",
             breaks: "1: a zombie learns at its heartbeat that it is fenced",
-            sql: || {
-                patched(
-                    "heartbeat",
-                    &[(
-                        "\n           AND claimed_generation = p_token AND claimed_run_id = p_run_id",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "heartbeat",
+                rule: "fenced by its own claim",
+                edits: &[(
+                    "AND claimed_generation = p_token AND claimed_run_id = p_run_id",
+                    "",
+                )],
+            }],
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep",
@@ -467,21 +658,22 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "no_frames_primary_key",
             breaks: "2: at most one frame per token",
-            sql: || "ALTER TABLE ops.matter_frames DROP CONSTRAINT matter_frames_pkey".into(),
+            plants: &[Plant::Sql(
+                "ALTER TABLE ops.matter_frames DROP CONSTRAINT matter_frames_pkey",
+            )],
             killers: &["ledger::at_most_one_frame_per_token"],
         },
         Mutation {
             name: "follow_up_dropped_on_commit",
             breaks: "3, 4: demands during a build cost exactly one follow-up, and are never dropped",
-            sql: || {
-                patched(
-                    "commit_claims",
-                    &[(
-                        "SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live",
-                        "SELECT x.*, false AS live",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_claims",
+                rule: "archived matters get no follow-up",
+                edits: &[(
+                    "NOT ops.is_archived(x.firm, x.matter) AS live",
+                    "false AS live",
+                )],
+            }],
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::twenty_demands_during_a_build_cost_exactly_one_follow_up",
@@ -491,21 +683,17 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "lost_claim_not_recorded",
             breaks: "4: a demand that loses the claim race is recorded on the running row",
-            sql: || {
-                patched(
-                    "record_lost_claim",
-                    &[
-                        (
-                            "requested_generation = requested_generation + 1",
-                            "requested_generation = requested_generation",
-                        ),
-                        (
-                            "rebuild_needed       = true",
-                            "rebuild_needed       = rebuild_needed",
-                        ),
-                    ],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "record_lost_claim",
+                rule: "the loser is recorded",
+                edits: &[
+                    (
+                        "requested_generation = requested_generation + 1",
+                        "requested_generation = requested_generation",
+                    ),
+                    ("rebuild_needed = true", "rebuild_needed = rebuild_needed"),
+                ],
+            }],
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser",
@@ -515,7 +703,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "sweep_ignores_the_lease",
             breaks: "heartbeats keep a build's lease; another node's setting does not expire it",
-            sql: || patched("sweep", &[(" AND j.lease_expires_at < ops.now()", "")]),
+            plants: &[Plant::Rule {
+                function: "sweep",
+                rule: "only expired leases",
+                edits: &[(" AND j.lease_expires_at < ops.now()", "")],
+            }],
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
@@ -525,27 +717,28 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "claim_deadline_from_the_transactions_start",
             breaks: "a claim late in a long transaction is not born expired (catalogue row 15)",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[
-                        (
-                            "lease_expires_at     = ops.clock() + make_interval(secs => a.lease_secs),",
-                            "lease_expires_at     = ops.now() + make_interval(secs => a.lease_secs),",
-                        ),
-                        (
-                            "lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),",
-                            "lease_expires_at     = ops.now() + make_interval(secs => excluded.lease_seconds),",
-                        ),
-                    ],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "lease from the clock now",
+                edits: &[
+                    (
+                        "ops.clock() + make_interval(secs => a.lease_secs)",
+                        "ops.now() + make_interval(secs => a.lease_secs)",
+                    ),
+                    (
+                        "ops.clock() + make_interval(secs => excluded.lease_seconds)",
+                        "ops.now() + make_interval(secs => excluded.lease_seconds)",
+                    ),
+                ],
+            }],
             killers: &["ledger::a_claim_late_in_a_long_transaction_is_not_born_expired"],
         },
         Mutation {
             name: "inbox_without_its_key",
             breaks: "5: a duplicated delivery has no second effect",
-            sql: || "ALTER TABLE ops.consumed_events DROP CONSTRAINT consumed_events_pkey".into(),
+            plants: &[Plant::Sql(
+                "ALTER TABLE ops.consumed_events DROP CONSTRAINT consumed_events_pkey",
+            )],
             killers: &[
                 "transport::a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once",
                 "transport::the_postgres_transport_applies_each_event_once_and_survives_late_commits",
@@ -554,25 +747,22 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "job_rows_deletable",
             breaks: "job rows are never deleted (no token ABA)",
-            sql: || {
-                "DROP TRIGGER matter_frame_jobs_no_delete ON ops.matter_frame_jobs;
-                 DROP TRIGGER matter_frame_jobs_no_truncate ON ops.matter_frame_jobs"
-                    .into()
-            },
+            plants: &[Plant::Sql(
+                "DROP TRIGGER matter_frame_jobs_no_delete ON ops.matter_frame_jobs;\n                 DROP TRIGGER matter_frame_jobs_no_truncate ON ops.matter_frame_jobs",
+            )],
             killers: &["ledger::job_rows_cannot_be_deleted_so_tokens_never_restart"],
         },
         Mutation {
             name: "every_demand_covered",
             breaks: "4: a demand is covered only when a build already reads its fact",
-            sql: || {
-                patched(
-                    "snapshot_covers",
-                    &[(
-                        "AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot)",
-                        "OR true",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "snapshot_covers",
+                rule: "covered only if seen",
+                edits: &[(
+                    "AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot)",
+                    "OR true",
+                )],
+            }],
             killers: &[
                 "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
                 "ledger::a_demand_for_a_fact_the_running_build_already_reads_is_covered",
@@ -582,67 +772,54 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "coverage_ignores_the_cluster",
             breaks: "6: no snapshot stored by another cluster judges a fact",
-            sql: || {
-                patched(
-                    "snapshot_covers",
-                    &[(
-                        "AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "snapshot_covers",
+                rule: "this cluster only",
+                edits: &[(
+                    "AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()",
+                    "",
+                )],
+            }],
             killers: &["trust::after_a_logical_move_new_facts_still_reach_the_brief"],
         },
         Mutation {
             name: "claim_ignores_the_archive",
             breaks: "an archived matter is not rebuilt, whoever nudges",
-            sql: || {
-                patched(
-                    "claim_batch",
-                    &[
-                        (
-                            "NOT ops.is_archived(x.firm, x.matter) AS live",
-                            "true AS live",
-                        ),
-                        (
-                            "             WHERE NOT ops.is_archived(a.firm, a.matter)\n",
-                            "",
-                        ),
-                        (
-                            "              AND NOT ops.is_archived(j.firm_id, j.matter_id)\n",
-                            "",
-                        ),
-                    ],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "claim_batch",
+                rule: "archived matters are not claimed",
+                edits: &[
+                    (
+                        "NOT ops.is_archived(x.firm, x.matter) AS live",
+                        "true AS live",
+                    ),
+                    ("WHERE NOT ops.is_archived(a.firm, a.matter)", ""),
+                    ("AND NOT ops.is_archived(j.firm_id, j.matter_id)", ""),
+                ],
+            }],
             killers: &["trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
         },
         Mutation {
             name: "reconcile_ignores_the_archive",
             breaks: "an archived matter is not reconciled",
-            sql: || {
-                patched(
-                    "unserved",
-                    &[(
-                        "\n       AND NOT ops.is_archived(j.firm_id, j.matter_id)",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "unserved",
+                rule: "archived matters are not reconciled",
+                edits: &[("AND NOT ops.is_archived(j.firm_id, j.matter_id)", "")],
+            }],
             killers: &["trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
         },
         Mutation {
             name: "frame_refusal_raised",
             breaks: "a frame the database refuses fails the claim at once, with its SQLSTATE",
-            sql: || {
-                patched(
-                    "insert_frame",
-                    &[(
-                        "EXCEPTION WHEN data_exception OR program_limit_exceeded THEN",
-                        "EXCEPTION WHEN division_by_zero THEN",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "insert_frame",
+                rule: "a refused frame is answered",
+                edits: &[(
+                    "WHEN data_exception OR program_limit_exceeded THEN",
+                    "WHEN division_by_zero THEN",
+                )],
+            }],
             killers: &[
                 "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
             ],
@@ -650,43 +827,37 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "release_counts_as_a_failure",
             breaks: "a claim handed back at a clean shutdown is released, not failed (not counted in briefrail_matters_failed)",
-            sql: || {
-                patched(
-                    "release_claim",
-                    &[(
-                        "SET run_status = 'idle', not_before",
-                        "SET run_status = 'failed', not_before",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "release_claim",
+                rule: "released, not failed",
+                edits: &[("SET run_status = 'idle'", "SET run_status = 'failed'")],
+            }],
             killers: &["ledger::a_claim_handed_back_at_shutdown_is_released_not_failed"],
         },
         Mutation {
             name: "trigger_forgets_its_inbox",
             breaks: "5: a duplicated delivery has no second effect (the inbox dedupes on event id)",
-            sql: || {
-                patched(
-                    "apply_events",
-                    &[(
-                        "CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)",
-                        "CASE WHEN false",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "apply_events",
+                rule: "each event once",
+                edits: &[(
+                    "CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)",
+                    "CASE WHEN false",
+                )],
+            }],
             killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
         },
         Mutation {
             name: "demands_answer_the_batch_total",
             breaks: "3, 4: several demands for one matter in one batch each reach their own generation",
-            sql: || {
-                patched(
-                    "demands",
-                    &[(
-                        "THEN NULL ELSE u.requested_generation - r.later END",
-                        "THEN NULL ELSE u.requested_generation END",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "demands",
+                rule: "each demand its own generation",
+                edits: &[(
+                    "THEN NULL ELSE u.requested_generation - r.later END",
+                    "THEN NULL ELSE u.requested_generation END",
+                )],
+            }],
             killers: &[
                 "ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
             ],
@@ -694,15 +865,14 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "demands_count_a_matter_once",
             breaks: "3, 4: every demand a batch does not cover is counted on its matter's row",
-            sql: || {
-                patched(
-                    "demands",
-                    &[(
-                        "SELECT jd.firm, jd.matter, count(*) FILTER (WHERE NOT jd.covered)",
-                        "SELECT jd.firm, jd.matter, least(count(*) FILTER (WHERE NOT jd.covered), 1)",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "demands",
+                rule: "every uncovered demand counts",
+                edits: &[(
+                    "count(*) FILTER (WHERE NOT jd.covered)",
+                    "least(count(*) FILTER (WHERE NOT jd.covered), 1)",
+                )],
+            }],
             killers: &[
                 "ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
             ],
@@ -710,23 +880,21 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "trigger_ignores_the_archive",
             breaks: "an archived matter is not rebuilt: its facts are gated",
-            sql: || {
-                patched(
-                    "apply_events",
-                    &[("WHEN m.archived THEN", "WHEN false THEN")],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "apply_events",
+                rule: "archived matters are gated",
+                edits: &[("WHEN m.archived THEN", "WHEN false THEN")],
+            }],
             killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
         },
         Mutation {
             name: "refused_frame_lands_its_token",
             breaks: "a frame the database refuses fails the claim at once (nothing lands)",
-            sql: || {
-                patched(
-                    "commit_frame",
-                    &[("IF v_refused IS NOT NULL THEN", "IF false THEN")],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "commit_frame",
+                rule: "a refused frame fails the claim",
+                edits: &[("IF v_refused IS NOT NULL THEN", "IF false THEN")],
+            }],
             killers: &[
                 "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
             ],
@@ -734,29 +902,27 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "follow_up_lease_not_restarted",
             breaks: "a follow-up's lease starts when its commit ends",
-            sql: || {
-                patched(
-                    "start_lease",
-                    &[(
-                        "SET claimed_at = ops.clock(),\n               lease_expires_at = ops.clock() + make_interval(secs => lease_seconds)",
-                        "SET updated_at = updated_at",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "start_lease",
+                rule: "the lease starts now",
+                edits: &[(
+                    "SET claimed_at = ops.clock(), lease_expires_at = ops.clock() + make_interval(secs => lease_seconds)",
+                    "SET updated_at = updated_at",
+                )],
+            }],
             killers: &["trust::a_follow_up_lease_starts_when_the_commit_ends"],
         },
         Mutation {
             name: "prune_events_takes_unpublished_facts",
             breaks: "retention: an unpublished event is never removed, whatever its age",
-            sql: || {
-                patched(
-                    "prune_events",
-                    &[(
-                        "WHERE e.published_at < ops.now()",
-                        "WHERE coalesce(e.published_at, e.created_at) < ops.now()",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "prune_events",
+                rule: "published events only",
+                edits: &[(
+                    "WHERE e.published_at < ops.now()",
+                    "WHERE coalesce(e.published_at, e.created_at) < ops.now()",
+                )],
+            }],
             killers: &[
                 "retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
             ],
@@ -764,15 +930,14 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "prune_events_takes_unconsumed_facts",
             breaks: "retention: an event the rail has not consumed is never removed",
-            sql: || {
-                patched(
-                    "prune_events",
-                    &[(
-                        "           AND EXISTS (SELECT 1 FROM ops.consumed_events c\n                        WHERE c.consumer = p_consumer AND c.event_id = e.event_id)\n",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "prune_events",
+                rule: "consumed events only",
+                edits: &[(
+                    "AND EXISTS (SELECT 1 FROM ops.consumed_events c WHERE c.consumer = p_consumer AND c.event_id = e.event_id)",
+                    "",
+                )],
+            }],
             killers: &[
                 "retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
             ],
@@ -780,26 +945,24 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "prune_events_joins_its_batch",
             breaks: "retention: every statement uses its index (a join is planned as a scan)",
-            sql: || {
-                patched(
-                    "prune_events",
-                    &[(
-                        "DELETE FROM ops.domain_event_outbox o\n         WHERE o.event_id = ANY (ARRAY(SELECT d.event_id FROM doomed d))",
-                        "DELETE FROM ops.domain_event_outbox o USING doomed d\n         WHERE o.event_id = d.event_id",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "prune_events",
+                rule: "delete by key",
+                edits: &[(
+                    "DELETE FROM ops.domain_event_outbox o WHERE o.event_id = ANY (ARRAY(SELECT d.event_id FROM doomed d))",
+                    "DELETE FROM ops.domain_event_outbox o USING doomed d\n         WHERE o.event_id = d.event_id",
+                )],
+            }],
             killers: &["retention::every_retention_statement_uses_its_index_at_a_million_rows"],
         },
         Mutation {
             name: "prune_runs_takes_the_latest_run",
             breaks: "retention: each matter's latest run is kept",
-            sql: || {
-                patched(
-                    "prune_runs",
-                    &[("AND n.token > r.token", "AND n.token >= r.token")],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "prune_runs",
+                rule: "the latest run stays",
+                edits: &[("AND n.token > r.token", "AND n.token >= r.token")],
+            }],
             killers: &[
                 "retention::old_runs_go_but_each_matters_latest_run_and_every_open_run_stay",
             ],
@@ -807,15 +970,14 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "prune_frames_takes_one_too_many",
             breaks: "retention: each matter keeps its newest frames_keep frames, its Brief always",
-            sql: || {
-                patched(
-                    "prune_frames",
-                    &[(
-                        "AND o.generation < oldest_kept.generation",
-                        "AND o.generation <= oldest_kept.generation",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "prune_frames",
+                rule: "the newest frames stay",
+                edits: &[(
+                    "AND o.generation < oldest_kept.generation",
+                    "AND o.generation <= oldest_kept.generation",
+                )],
+            }],
             killers: &[
                 "retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
             ],
@@ -823,15 +985,11 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "prune_frames_takes_young_frames",
             breaks: "retention: a frame landed within the hour is kept (a builder may read it back)",
-            sql: || {
-                patched(
-                    "prune_frames",
-                    &[(
-                        "\n                  AND o.created_at < (SELECT y.since FROM young y)",
-                        "",
-                    )],
-                )
-            },
+            plants: &[Plant::Rule {
+                function: "prune_frames",
+                rule: "young frames stay",
+                edits: &[("AND o.created_at < (SELECT y.since FROM young y)", "")],
+            }],
             killers: &[
                 "retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
             ],
@@ -856,7 +1014,7 @@ pub async fn assert_caught(binary: &str) {
         if tests.is_empty() {
             continue;
         }
-        let sql = (m.sql)();
+        let sql = m.sql();
         let db = briefrail::testing::TestDb::new(1).await.expect("test db");
         let mut c = db.connection().await.expect("connection");
         c.batch_execute(&sql)

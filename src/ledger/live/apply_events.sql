@@ -32,13 +32,13 @@ BEGIN
         RETURNING c.event_id
     ), gated AS (
         SELECT ev.*,
-               CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)
+               CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)  -- rule: each event once
                     THEN 'duplicate'
                     WHEN NOT (ev.event_name = ANY (p_heard)) THEN 'not_heard'
                     WHEN m.firm_id IS NULL
                     THEN CASE WHEN EXISTS (SELECT 1 FROM record.matters k WHERE k.firm_id = ev.firm_id)
                               THEN 'unknown_matter' ELSE 'unknown_firm' END
-                    WHEN m.archived THEN 'archived'
+                    WHEN m.archived THEN 'archived'  -- rule: archived matters are gated
                     ELSE 'demand' END AS gate
           FROM ev
                LEFT JOIN LATERAL (SELECT r.firm_id, r.archived_at IS NOT NULL AS archived

@@ -43,12 +43,12 @@ BEGIN
         -- (nobody else can move a row this transaction holds).
         SELECT array_agg(l.row_at) INTO v_rows
           FROM (SELECT u.* FROM unnest(p_firms, p_matters) AS u(firm, matter)
-                 ORDER BY u.firm, u.matter) u
+                 ORDER BY u.firm, u.matter) u  -- rule: lock in key order
                CROSS JOIN LATERAL (SELECT j.ctid AS row_at FROM ops.matter_frame_jobs j
                                     WHERE j.firm_id = u.firm AND j.matter_id = u.matter
                                       FOR NO KEY UPDATE) l;
         WITH member AS (
-            SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live
+            SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live  -- rule: archived matters are not claimed
               FROM unnest(p_firms, p_matters, p_lease_secs, p_run_ids, p_only_unserved,
                           p_max_attempts)
                    AS x(firm, matter, lease_secs, run_id, only_unserved, max_attempts)
@@ -63,13 +63,14 @@ BEGIN
                 claimed_cluster      = ops.cluster_id(),
                 claimed_run_id       = a.run_id,
                 lease_seconds        = a.lease_secs,
-                lease_expires_at     = ops.clock() + make_interval(secs => a.lease_secs),
+                lease_expires_at     = ops.clock() + make_interval(secs => a.lease_secs),  -- rule: lease from the clock now
                 consecutive_failures = CASE WHEN a.only_unserved THEN j.consecutive_failures ELSE 0 END,
                 updated_at           = ops.now()
               FROM member a
              WHERE j.ctid = ANY (v_rows)
                AND j.firm_id = a.firm AND j.matter_id = a.matter
                AND (j.run_status <> 'running' OR j.lease_expires_at < ops.now())
+               -- rule: retry only the unserved by row
                AND (NOT a.only_unserved OR (j.landed_generation < j.requested_generation
                                             AND j.consecutive_failures < a.max_attempts))
                AND a.live
@@ -94,8 +95,8 @@ BEGIN
                    pg_current_snapshot()::text, ops.cluster_id(), a.run_id, a.lease_secs,
                    ops.clock() + make_interval(secs => a.lease_secs)
               FROM member a
-             WHERE NOT ops.is_archived(a.firm, a.matter)
-             ORDER BY a.firm, a.matter
+             WHERE NOT ops.is_archived(a.firm, a.matter)  -- rule: archived matters are not claimed
+             ORDER BY a.firm, a.matter  -- rule: lock in key order
             ON CONFLICT (firm_id, matter_id) DO UPDATE SET
                 run_status           = 'running',
                 rebuild_needed       = false,
@@ -106,16 +107,17 @@ BEGIN
                 claimed_cluster      = ops.cluster_id(),
                 claimed_run_id       = excluded.claimed_run_id,
                 lease_seconds        = excluded.lease_seconds,
-                lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),
+                lease_expires_at     = ops.clock() + make_interval(secs => excluded.lease_seconds),  -- rule: lease from the clock now
                 consecutive_failures = CASE WHEN (SELECT a.only_unserved FROM member a
                                                    WHERE a.run_id = excluded.claimed_run_id)
                                             THEN j.consecutive_failures ELSE 0 END,
                 updated_at           = ops.now()
             WHERE (j.run_status <> 'running' OR j.lease_expires_at < ops.now())
+              -- rule: retry only the unserved by upsert
               AND (SELECT NOT a.only_unserved OR (j.landed_generation < j.requested_generation
                                                   AND j.consecutive_failures < a.max_attempts)
                      FROM member a WHERE a.run_id = excluded.claimed_run_id)
-              AND NOT ops.is_archived(j.firm_id, j.matter_id)
+              AND NOT ops.is_archived(j.firm_id, j.matter_id)  -- rule: archived matters are not claimed
             RETURNING j.claimed_run_id, j.claimed_generation
         )
         SELECT array_agg(c.claimed_run_id), array_agg(c.claimed_generation)
@@ -143,6 +145,7 @@ BEGIN
         ), superseded AS (
             UPDATE ops.matter_frame_runs r
                SET outcome = 'lease_expired', finished_at = ops.now()
+             -- rule: superseded runs by key
              WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))
                AND r.outcome IS NOT DISTINCT FROM 'running'
         )
@@ -153,9 +156,9 @@ BEGIN
                'running', c.trace_id, coalesce(c.event_ids::uuid[], '{}')
           FROM claimed c;
     END IF;
-    SELECT array_agg(c.token ORDER BY m.n) INTO v_tokens
+    SELECT array_agg(c.token ORDER BY m.n) INTO v_tokens  -- rule: answers in member order
       FROM unnest(p_firms, p_matters, p_run_ids) WITH ORDINALITY AS m(firm, matter, run_id, n)
            LEFT JOIN unnest(v_claimed, v_gens) AS c(run_id, token) ON c.run_id = m.run_id;
-    RETURN coalesce(v_tokens, '{}');
+    RETURN coalesce(v_tokens, '{}');  -- rule: one answer per member
 END
 $function$;

@@ -11,7 +11,7 @@ DECLARE
 BEGIN
     IF v_offset IS NULL OR v_offset = '' THEN
         v_offset := coalesce((SELECT c.offset_seconds FROM ops.ledger_clock c), 0)::text;
-        PERFORM set_config('briefrail.clock_offset', v_offset, true);
+        PERFORM set_config('briefrail.clock_offset', v_offset, true);  -- rule: offset for this transaction only
     END IF;
     RETURN v_offset::double precision;
 END

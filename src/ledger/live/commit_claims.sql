@@ -19,12 +19,12 @@ BEGIN
     -- compare-and-swap below finds them by position whatever the statistics say.
     SELECT array_agg(l.row_at) INTO v_rows
       FROM (SELECT u.* FROM unnest(p_firms, p_matters) WITH ORDINALITY AS u(firm, matter, n)
-             ORDER BY u.firm, u.matter) u
+             ORDER BY u.firm, u.matter) u  -- rule: lock in key order
            CROSS JOIN LATERAL (SELECT j.ctid AS row_at FROM ops.matter_frame_jobs j
                                 WHERE j.firm_id = u.firm AND j.matter_id = u.matter
                                   FOR NO KEY UPDATE) l;
     WITH member AS (
-        SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live
+        SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live  -- rule: archived matters get no follow-up
           FROM unnest(p_firms, p_matters, p_tokens, p_run_ids, p_next_run_ids, p_nodes)
                WITH ORDINALITY AS x(firm, matter, token, run_id, next_run_id, node, n)
     ), landed AS (
@@ -52,9 +52,10 @@ BEGIN
             updated_at           = ops.now()
           FROM (SELECT DISTINCT ON (d.firm, d.matter, d.token, d.run_id) d.*
                   FROM member d ORDER BY d.firm, d.matter, d.token, d.run_id, d.n) m
+         -- rule: job rows by position
          WHERE j.ctid = ANY (v_rows)
            AND j.firm_id = m.firm AND j.matter_id = m.matter AND j.run_status IS NOT DISTINCT FROM 'running'
-           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id
+           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id  -- rule: fenced by its own claim
         RETURNING j.firm_id, j.matter_id, j.run_status, j.claimed_generation, m.run_id,
                   m.next_run_id, m.node, m.n
     ), run AS (
@@ -70,7 +71,7 @@ BEGIN
           FROM landed l WHERE l.run_status = 'running'
     )
     SELECT array_agg(CASE WHEN l.run_status = 'running' THEN l.claimed_generation
-                          WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n) INTO v_after
+                          WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n) INTO v_after  -- rule: answers in member order
       FROM member m LEFT JOIN landed l ON l.n = m.n;
     RETURN coalesce(v_after, '{}');
 END

@@ -17,7 +17,7 @@ BEGIN
         RETURN NULL;
     END IF;
     v_refused := ops.insert_frame(p_firm, p_matter, p_token, p_run_id, p_body);
-    IF v_refused IS NOT NULL THEN
+    IF v_refused IS NOT NULL THEN  -- rule: a refused frame fails the claim
         RAISE EXCEPTION USING ERRCODE = 'BRF01', MESSAGE = v_refused,
                               HINT = 'briefrail: frame refused';
     END IF;

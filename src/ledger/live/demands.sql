@@ -38,7 +38,7 @@ BEGIN
           FROM judged jd
     ), upserted AS (
         INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, requested_generation)
-        SELECT jd.firm, jd.matter, count(*) FILTER (WHERE NOT jd.covered)
+        SELECT jd.firm, jd.matter, count(*) FILTER (WHERE NOT jd.covered)  -- rule: every uncovered demand counts
           FROM judged jd
          GROUP BY jd.firm, jd.matter
          ORDER BY jd.firm, jd.matter
@@ -51,7 +51,7 @@ BEGIN
             updated_at           = ops.now()
         RETURNING j.firm_id, j.matter_id, j.requested_generation
     )
-    SELECT array_agg(CASE WHEN r.covered THEN NULL ELSE u.requested_generation - r.later END
+    SELECT array_agg(CASE WHEN r.covered THEN NULL ELSE u.requested_generation - r.later END  -- rule: each demand its own generation
                      ORDER BY r.n) INTO v_out
       FROM ranked r JOIN upserted u ON u.firm_id = r.firm AND u.matter_id = r.matter;
     RETURN coalesce(v_out, '{}');

@@ -17,7 +17,7 @@ BEGIN
                lease_expires_at = ops.clock() + make_interval(secs => lease_seconds),
                updated_at = ops.now()
          WHERE firm_id = p_firm AND matter_id = p_matter AND run_status IS NOT DISTINCT FROM 'running'
-           AND claimed_generation = p_token AND claimed_run_id = p_run_id
+           AND claimed_generation = p_token AND claimed_run_id = p_run_id  -- rule: fenced by its own claim
         RETURNING 1
     ), run AS (
         UPDATE ops.matter_frame_runs

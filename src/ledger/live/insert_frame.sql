@@ -13,7 +13,7 @@ DECLARE
 BEGIN
     BEGIN
         v_body := p_body::jsonb;
-    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN  -- rule: a refused frame is answered
         RETURN SQLSTATE || ': ' || SQLERRM;
     END;
     INSERT INTO ops.matter_frames (firm_id, matter_id, generation, run_id, body)

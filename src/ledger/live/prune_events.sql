@@ -9,13 +9,15 @@ AS $function$
     WITH doomed AS (
         SELECT e.event_id
           FROM ops.domain_event_outbox e
-         WHERE e.published_at < ops.now() - make_interval(secs => p_older_than_secs)
+         WHERE e.published_at < ops.now() - make_interval(secs => p_older_than_secs)  -- rule: published events only
+           -- rule: consumed events only
            AND EXISTS (SELECT 1 FROM ops.consumed_events c
                         WHERE c.consumer = p_consumer AND c.event_id = e.event_id)
          ORDER BY e.published_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), gone AS (
+        -- rule: delete by key
         DELETE FROM ops.domain_event_outbox o
          WHERE o.event_id = ANY (ARRAY(SELECT d.event_id FROM doomed d))
         RETURNING o.event_id, o.created_at

@@ -29,8 +29,8 @@ AS $function$
          CROSS JOIN LATERAL (
                SELECT o.ctid FROM ops.matter_frames o
                 WHERE o.firm_id = v.firm_id AND o.matter_id = v.matter_id
-                  AND o.generation < oldest_kept.generation
-                  AND o.created_at < (SELECT y.since FROM young y)
+                  AND o.generation < oldest_kept.generation  -- rule: the newest frames stay
+                  AND o.created_at < (SELECT y.since FROM young y)  -- rule: young frames stay
                OFFSET 0) f
     ), gone AS (
         -- By row address: frames are never updated, so the address read above is the row.

@@ -13,7 +13,7 @@ AS $function$
            AND r.outcome <> 'running'
            AND EXISTS (SELECT 1 FROM ops.matter_frame_runs n
                         WHERE n.firm_id = r.firm_id AND n.matter_id = r.matter_id
-                          AND n.token > r.token)
+                          AND n.token > r.token)  -- rule: the latest run stays
          ORDER BY r.started_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED

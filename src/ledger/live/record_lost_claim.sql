@@ -12,8 +12,8 @@ DECLARE
     v_result bigint;
 BEGIN
     UPDATE ops.matter_frame_jobs
-       SET requested_generation = requested_generation + 1,
-           rebuild_needed       = true,
+       SET requested_generation = requested_generation + 1,  -- rule: the loser is recorded
+           rebuild_needed       = true,  -- rule: the loser is recorded
            consecutive_failures = 0,
            not_before           = NULL,
            updated_at           = ops.now()

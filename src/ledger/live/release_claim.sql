@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION ops.release_claim(p_firm uuid, p_matter uuid, p_token
 AS $function$
     WITH released AS (
         UPDATE ops.matter_frame_jobs
-           SET run_status = 'idle', not_before = NULL, updated_at = ops.now()
+           SET run_status = 'idle', not_before = NULL, updated_at = ops.now()  -- rule: released, not failed
          WHERE firm_id = p_firm AND matter_id = p_matter AND run_status IS NOT DISTINCT FROM 'running'
            AND claimed_generation = p_token AND claimed_run_id = p_run_id
         RETURNING 1

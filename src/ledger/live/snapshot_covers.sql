@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION ops.snapshot_covers(p_xact bigint, p_snapshot text, p
 AS $function$
 BEGIN
     RETURN p_xact IS NOT NULL AND p_snapshot IS NOT NULL
-       AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()
-       AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot);
+       AND p_cluster IS NOT NULL AND p_cluster = ops.cluster_id()  -- rule: this cluster only
+       AND pg_visible_in_snapshot(p_xact::text::xid8, p_snapshot::pg_snapshot);  -- rule: covered only if seen
 END
 $function$;

@@ -13,6 +13,7 @@ DECLARE
 BEGIN
     WITH started AS (
         UPDATE ops.matter_frame_jobs
+           -- rule: the lease starts now
            SET claimed_at = ops.clock(),
                lease_expires_at = ops.clock() + make_interval(secs => lease_seconds)
          WHERE firm_id = p_firm AND matter_id = p_matter AND run_status IS NOT DISTINCT FROM 'running'

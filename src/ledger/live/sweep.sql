@@ -8,7 +8,7 @@ AS $function$
     WITH expired AS (
         SELECT j.firm_id, j.matter_id
           FROM ops.matter_frame_jobs j
-         WHERE j.run_status = 'running' AND j.lease_expires_at < ops.now()
+         WHERE j.run_status = 'running' AND j.lease_expires_at < ops.now()  -- rule: only expired leases
          ORDER BY j.lease_expires_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED

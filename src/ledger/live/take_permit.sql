@@ -31,7 +31,7 @@ BEGIN
                   LEFT JOIN ops.matter_frame_jobs j
                          ON j.firm_id = p.firm_id AND j.matter_id = p.matter_id
                  WHERE (p.firm_id, p.matter_id) <> (p_firm, p_matter)
-                   AND NOT coalesce(j.claimed_at >= p.granted_at, false))
+                   AND NOT coalesce(j.claimed_at >= p.granted_at, false))  -- rule: unclaimed permits count
           INTO v_running;
         IF v_running >= r.max_running THEN  -- rule: global cap
             RETURN 0.1;

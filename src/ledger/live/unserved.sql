@@ -13,7 +13,7 @@ AS $function$
        AND (j.not_before IS NULL OR j.not_before <= ops.now())
        AND j.consecutive_failures < p_max_attempts
        AND j.updated_at <= ops.now() - make_interval(secs => p_quiet_secs)
-       AND NOT ops.is_archived(j.firm_id, j.matter_id)
+       AND NOT ops.is_archived(j.firm_id, j.matter_id)  -- rule: archived matters are not reconciled
      ORDER BY j.not_before NULLS FIRST
      LIMIT p_limit
 $function$;
