@@ -5,7 +5,9 @@ WORKDIR /src
 # The dependencies first, in a layer of their own: it is rebuilt only when a manifest or the
 # lockfile changes, not on every edit of the sources. Cargo loads the whole workspace even to
 # build one binary, so the workspace member's manifest comes too; every target gets a stub.
-COPY Cargo.toml Cargo.lock askama.toml ./
+# build.rs too: it makes cargo recompile the crate when migrations/ changes (embed_migrations!
+# reads it at compile time), so the image's build is the repository's.
+COPY Cargo.toml Cargo.lock askama.toml build.rs ./
 COPY tools/Cargo.toml tools/Cargo.toml
 RUN mkdir -p src tools/src/bin/briefrail-bench tools/src/bin/briefrail-faults \
     && echo 'fn main() {}' > src/main.rs \

@@ -9,53 +9,31 @@
 //! * The container health check, taken from the Dockerfile and docker-compose.yml, run as the
 //!   image would run it (exec form, the binary itself) against a live node and a dead one.
 //!
-//! Global state: the system user `briefrail` (created if missing, left in place: another run
-//! may be using it). Everything else is under the scratch root, removed at the end.
+//! Global state: the system user `briefrail` (created if missing, left in place), used under
+//! the machine-wide lock tests/package.rs takes too. Everything else is under the scratch root,
+//! removed at the end.
 
 mod common;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use briefrail::db::admin;
-use briefrail::testing::{TestDb, drop_database_now, server_url};
+use briefrail::testing::{TestDb, drop_database_now};
+use common::system::{
+    MANIFEST, environment_file, find_tool, free_port, guide_block, migrate_and_serve, read,
+    require_root, system_lock, tool, unit_value, unit_values,
+};
 use common::{BrokerScope, scratch_dir, spawn_node};
-
-const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The paths the install block writes to; each is moved under the scratch root.
 const INSTALLED: [&str; 4] = [
-    "/usr/local/bin/briefrail",
+    "/usr/bin/briefrail",
     "/etc/briefrail",
     "/var/lib/briefrail",
     "/etc/systemd/system",
 ];
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(Path::new(MANIFEST).join(path))
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// The ```sh block that follows `<!-- deploy-test: {marker}` in docs/operations.md.
-fn guide_block(marker: &str) -> String {
-    let guide = read("docs/operations.md");
-    let tag = format!("<!-- deploy-test: {marker}");
-    let after = guide
-        .split_once(&tag)
-        .unwrap_or_else(|| panic!("docs/operations.md has no `{tag}` marker"))
-        .1;
-    let body = after
-        .split_once("```sh\n")
-        .unwrap_or_else(|| panic!("no ```sh block after `{tag}` in docs/operations.md"))
-        .1;
-    body.split_once("\n```")
-        .unwrap_or_else(|| panic!("the block after `{tag}` is not closed"))
-        .0
-        .to_owned()
-}
 
 /// `text` with every installed path under `root`; fails if any path outside it remains, so
 /// an edit of the guide can never make this test write to the machine's /etc.
@@ -69,7 +47,14 @@ fn under_root(text: &str, root: &Path) -> String {
         out = out.replace(p, &format!("{root}{p}"));
     }
     let marked = out.replace(&root, "\u{1}");
-    for system in ["/etc/", "/var/", "/usr/local/", "/opt/", "/srv/"] {
+    for system in [
+        "/etc/",
+        "/var/",
+        "/usr/local/",
+        "/usr/bin/",
+        "/opt/",
+        "/srv/",
+    ] {
         for (i, _) in marked.match_indices(system) {
             assert!(
                 marked[..i].ends_with('\u{1}'),
@@ -81,27 +66,9 @@ fn under_root(text: &str, root: &Path) -> String {
     out
 }
 
-/// Where program `name` is, on PATH or in the system directories root's PATH has.
-fn find_tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// A program the test needs, or a failure naming it.
-fn tool(name: &str) -> PathBuf {
-    find_tool(name).unwrap_or_else(|| panic!("{name} is missing: this test needs it (install it)"))
-}
-
-/// Runs `script` with `sh` from the checkout (the recipes' relative paths are the repo's),
-/// holding a machine-wide lock: two runs at once must not both create the user.
+/// Runs `script` with `sh` from the checkout (the recipes' relative paths are the repo's).
 fn sh(script: &str) -> std::process::Output {
-    let lock = std::env::temp_dir().join("briefrail-deploy-test.lock");
-    let out = Command::new(tool("flock"))
-        .arg(lock)
-        .arg(tool("sh"))
+    let out = Command::new(tool("sh"))
         .arg("-c")
         .arg(script)
         .current_dir(MANIFEST)
@@ -126,79 +93,14 @@ fn id(flag: &str, user: &str) -> u32 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-/// `[Service]`'s values of `key` in a unit file.
-fn unit_values(unit: &str, key: &str) -> Vec<String> {
-    let mut in_service = false;
-    let mut out = Vec::new();
-    for line in unit.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_service = line == "[Service]";
-        } else if in_service {
-            if let Some(v) = line.strip_prefix(&format!("{key}=")) {
-                out.push(v.trim().to_owned());
-            }
-        }
-    }
-    out
-}
-
-fn unit_value(unit: &str, key: &str) -> String {
-    let v = unit_values(unit, key);
-    assert_eq!(v.len(), 1, "[Service] {key}= set {} times", v.len());
-    v[0].clone()
-}
-
-/// The variables of a systemd `EnvironmentFile` (KEY=value, value optionally in single or
-/// double quotes; `#` comments and blank lines ignored).
-fn environment_file(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
-        .map(|l| {
-            let (k, v) = l
-                .split_once('=')
-                .unwrap_or_else(|| panic!("not KEY=value: {l}"));
-            let v = v.trim();
-            let v = ['\'', '"']
-                .iter()
-                .find_map(|q| v.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
-                .unwrap_or(v);
-            (k.trim().to_owned(), v.to_owned())
-        })
-        .collect()
-}
-
-/// `GET path` on `addr`; the status code, if anything answered.
-fn http_status(addr: &str, path: &str) -> Option<u16> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).ok()?;
-    answer.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// What the test leaves behind, removed when it ends (also when it panics).
 struct Cleanup {
     root: PathBuf,
     database: String,
-    child: Option<std::process::Child>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
         drop_database_now(&self.database);
         let _ = std::fs::remove_dir_all(&self.root);
     }
@@ -206,19 +108,14 @@ impl Drop for Cleanup {
 
 #[test]
 fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
-    let uid = String::from_utf8_lossy(&Command::new(tool("id")).arg("-u").output().unwrap().stdout)
-        .trim()
-        .to_owned();
-    assert_eq!(
-        uid, "0",
-        "tests/deploy.rs runs the systemd recipe of docs/operations.md, which creates the system \
-         user briefrail: run it as root (e.g. `sudo -E cargo test --test deploy`)"
+    require_root(
+        "tests/deploy.rs",
+        "runs the systemd recipe of docs/operations.md, which creates the system user briefrail",
     );
-    for t in [
-        "useradd", "install", "runuser", "setpriv", "flock", "id", "kill",
-    ] {
+    for t in ["useradd", "install", "runuser", "setpriv", "id", "kill"] {
         tool(t);
     }
+    let _lock = system_lock();
 
     let root = scratch_dir("deploy-root");
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -226,10 +123,9 @@ fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_pla
         "br_deploy_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     );
-    let mut cleanup = Cleanup {
+    let cleanup = Cleanup {
         root: root.clone(),
         database: database.clone(),
-        child: None,
     };
 
     // The install block, as written but for the binary's path and the scratch root.
@@ -255,7 +151,7 @@ fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_pla
     check("/etc/briefrail/env", 0o640, 0, user_gid);
     check("/etc/briefrail/briefrail.toml", 0o640, 0, user_gid);
     check("/var/lib/briefrail", 0o750, user_uid, user_gid);
-    check("/usr/local/bin/briefrail", 0o755, 0, 0);
+    check("/usr/bin/briefrail", 0o755, 0, 0);
     let shipped = read("deploy/briefrail.service");
     let unit = std::fs::read_to_string(at("/etc/systemd/system/briefrail.service")).unwrap();
     assert_eq!(unit, shipped, "the block installs deploy/briefrail.service");
@@ -291,7 +187,7 @@ fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_pla
         .split_whitespace()
         .map(str::to_owned)
         .collect();
-    assert_eq!(exec[0], "/usr/local/bin/briefrail", "{exec:?}");
+    assert_eq!(exec[0], "/usr/bin/briefrail", "{exec:?}");
     let config_arg = exec
         .iter()
         .position(|a| a == "--config")
@@ -335,107 +231,17 @@ fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_pla
         ),
     }
 
-    // The operator's edit of the secrets: a database and a broker scope of this run's own,
-    // a free port.
+    // The operator's edit of the secrets, the guide's migrate line, the unit serving.
     let broker = BrokerScope::new();
-    let port = free_port();
-    let db_url = admin::with_database(&server_url(), &database).unwrap();
-    let env_text = format!(
-        "# written by tests/deploy.rs\nBRIEFRAIL__DATABASE__URL='{db_url}'\n\
-         BRIEFRAIL__TRANSPORT__AMQP_URL='{}'\nBRIEFRAIL__TRANSPORT__PREFIX='{}'\n\
-         BRIEFRAIL__HTTP__BIND='127.0.0.1:{port}'\nBRIEFRAIL__NODE__ID=\"deploy-test\"\n",
-        common::AMQP_URL,
-        broker.prefix
+    migrate_and_serve(
+        &unit,
+        &at,
+        &|script| sh(&under_root(script, &root)),
+        &database,
+        &broker.prefix,
+        &root.join("journal.stderr"),
     );
-    std::fs::write(at("/etc/briefrail/env"), env_text).unwrap();
     check("/etc/briefrail/env", 0o640, 0, user_gid);
-
-    // The guide's migrate line, as written (as the service user, with the service's env).
-    let start = guide_block("start");
-    let migrate = start
-        .lines()
-        .find(|l| l.starts_with("runuser") && l.contains(" migrate"))
-        .expect("the start block migrates as the service user");
-    assert!(
-        start.contains("systemctl enable --now briefrail"),
-        "the start block starts the unit the install block installed:\n{start}"
-    );
-    let out = sh(&under_root(migrate, &root));
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        said.contains("created") && said.contains("applied"),
-        "{said}"
-    );
-
-    // ExecStart as systemd runs it: the unit's user and group, only the environment file's
-    // variables (and a PATH), its working directory, no terminal.
-    let vars = environment_file(&std::fs::read_to_string(at(&env_file)).unwrap());
-    let log = root.join("journal.stderr");
-    let mut cmd = Command::new(tool("setpriv"));
-    cmd.args(["--reuid", &user, "--regid", &group, "--init-groups", "--"])
-        .arg(at(&exec[0]))
-        .args(exec[1..].iter().map(|a| under_root(a, &root)))
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )
-        .envs(vars)
-        .current_dir(at(&workdir))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
-    let child = cleanup.child.insert(cmd.spawn().expect("start ExecStart"));
-    let pid = child.id();
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "ExecStart exited ({status}) before serving:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        if http_status(&addr, "/healthz") == Some(200) && http_status(&addr, "/readyz") == Some(200)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/healthz and /readyz did not answer 200 within 60 s:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // It runs as the unit's user.
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    assert_eq!(
-        uid_line.split_whitespace().nth(1),
-        Some(user_uid.to_string().as_str()),
-        "{uid_line}"
-    );
-    // SIGTERM, as `systemctl stop` sends (KillSignal): a graceful stop, exit 0.
-    let killed = Command::new(tool("kill"))
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no exit 30 s after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let journal = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "exit {status} after SIGTERM:\n{journal}");
-    assert!(journal.contains("briefrail is running"), "{journal}");
-    assert!(
-        !journal.contains('\u{1b}'),
-        "colour codes in what the journal would get:\n{journal:?}"
-    );
     drop(cleanup);
 }
 

@@ -143,15 +143,7 @@ fn version(migration: &str) -> String {
 /// `<build dir>/previous-release/<sha>/briefrail` (the build directory is the target directory,
 /// `target/` or `CARGO_TARGET_DIR`, unless `build.build-dir` is set).
 fn previous_release_binary() -> PathBuf {
-    // This test runs from <build dir>/<profile dir>/deps/upgrade-<hash>; the build directory is
-    // the target directory unless `build.build-dir` says otherwise.
-    let exe = std::env::current_exe().expect("the test's executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("<build dir>/<profile>/deps/<test>");
-    let profile = profile_dir.file_name().unwrap().to_string_lossy();
-    let build_dir = profile_dir.parent().expect("<build dir>").to_owned();
+    let (build_dir, profile) = common::system::build_dir();
     let home = build_dir.join("previous-release").join(PREVIOUS_RELEASE);
     let cached = home.join("briefrail");
     if cached.exists() {
@@ -192,8 +184,7 @@ fn previous_release_binary() -> PathBuf {
         source.display()
     );
 
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut build = Command::new(&cargo);
+    let mut build = common::system::cargo();
     // `--examples`: building an example needs the dev-dependencies, so features resolve exactly
     // as under `cargo test` and the dependencies' artifacts in the shared build directory are
     // reused (a plain `--bin` build would recompile tokio and everything above it).
@@ -226,30 +217,12 @@ fn previous_release_binary() -> PathBuf {
     build
         .env("CARGO_TARGET_DIR", home.join("target"))
         .env("CARGO_BUILD_BUILD_DIR", &build_dir);
-    // What cargo set for this test's run would otherwise describe this crate to the build.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PKG_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "OUT_DIR",
-            ]
-            .contains(&&*key)
-        {
-            build.env_remove(&*key);
-        }
-    }
     say!(
         "upgrade: building the previous release's briefrail in {} ({} {}) with build directory \
          {} (shared with this run: only the previous release's crate compiles, a minute or two \
          on a first run; later runs reuse {})",
         source.display(),
-        Path::new(&cargo).display(),
+        Path::new(build.get_program()).display(),
         build
             .get_args()
             .map(|a| a.to_string_lossy())
@@ -273,7 +246,7 @@ fn previous_release_binary() -> PathBuf {
         "upgrade: the previous release built in {:.0?}",
         started.elapsed()
     );
-    let built = home.join("target").join(&*profile).join("briefrail");
+    let built = home.join("target").join(&profile).join("briefrail");
     let partial = home.join("briefrail.partial");
     std::fs::copy(&built, &partial).expect("copy the previous release's binary");
     std::fs::rename(&partial, &cached).expect("cache the previous release's binary");

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod flaky;
 pub mod mutations;
 pub mod shell;
+pub mod system;
 
 /// A claim as a new demand makes it: this node, a ten-minute lease, five attempts.
 pub fn claim_request(node: &str, firm: Uuid, matter: Uuid) -> briefrail::ledger::ClaimRequest {
