@@ -64,8 +64,18 @@ pub struct Served {
 /// The node's pool, and the ceiling's client count.
 pub const POOL: usize = 16;
 
-/// The binary users run: `target/release/briefrail`, next to this benchmark's own binary.
+/// The binary users run: `target/release/briefrail`, next to this benchmark's own binary; or
+/// `BRIEFRAIL_BENCH_BINARY`, another build's binary, to compare two builds on the same load (a
+/// release's migrations keep every statement the previous release calls, so an older binary
+/// serves this tree's schema).
 pub fn binary() -> R<PathBuf> {
+    if let Some(path) = std::env::var_os("BRIEFRAIL_BENCH_BINARY") {
+        let b = PathBuf::from(path);
+        if !b.is_file() {
+            return Err(format!("BRIEFRAIL_BENCH_BINARY={}: no such file", b.display()).into());
+        }
+        return Ok(b);
+    }
     let me = std::env::current_exe()?;
     let b = me
         .parent()
@@ -230,6 +240,9 @@ async fn db_now(pool: &Pool) -> R<f64> {
 /// Serves `run.matters` matters with `run.nodes` node processes; measures.
 pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let bin = binary()?;
+    if std::env::var_os("BRIEFRAIL_BENCH_BINARY").is_some() {
+        println!("    (nodes run {})", bin.display());
+    }
     let name = format!("{}_e2e", admin::split_url(server)?.0);
     let (url, pool) = fresh(server, &name).await?;
     trial_sql(&pool).await?;
