@@ -103,28 +103,29 @@ async fn main() -> briefrail::Result<()> {
 
     // Wait until the frame (and, with it, the application's index row) has landed.
     for _ in 0..200 {
-        if let Some(job) = reads::job(&mut conn, firm, matter).await? {
-            if !job.unserved() && job.landed_generation > 0 {
-                #[derive(diesel::QueryableByName)]
-                struct Row {
-                    #[diesel(sql_type = diesel::sql_types::Text)]
-                    summary: String,
-                    #[diesel(sql_type = diesel::sql_types::BigInt)]
-                    token: i64,
-                }
-                let row: Row = diesel::sql_query(
-                    "SELECT summary, token FROM app_brief_index WHERE matter_id = $1",
-                )
-                .bind::<diesel::sql_types::Uuid, _>(matter)
-                .get_result(&mut conn)
-                .await?;
-                println!(
-                    "landed token {} with the application's index row: {:?} (token {})",
-                    job.landed_generation, row.summary, row.token
-                );
-                node.shutdown().await;
-                return Ok(());
+        if let Some(job) = reads::job(&mut conn, firm, matter).await?
+            && !job.unserved()
+            && job.landed_generation > 0
+        {
+            #[derive(diesel::QueryableByName)]
+            struct Row {
+                #[diesel(sql_type = diesel::sql_types::Text)]
+                summary: String,
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                token: i64,
             }
+            let row: Row = diesel::sql_query(
+                "SELECT summary, token FROM app_brief_index WHERE matter_id = $1",
+            )
+            .bind::<diesel::sql_types::Uuid, _>(matter)
+            .get_result(&mut conn)
+            .await?;
+            println!(
+                "landed token {} with the application's index row: {:?} (token {})",
+                job.landed_generation, row.summary, row.token
+            );
+            node.shutdown().await;
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -352,13 +352,13 @@ async fn run(db: &TestDb, steps: &[Step], seen: &mut Reached) -> Result<(), (usi
                 None
             }
         };
-        if let Some((model, real)) = answers {
-            if model != real {
-                return Err((
-                    i,
-                    format!("{step:?}: the model answered {model}, the SQL {real}"),
-                ));
-            }
+        if let Some((model, real)) = answers
+            && model != real
+        {
+            return Err((
+                i,
+                format!("{step:?}: the model answered {model}, the SQL {real}"),
+            ));
         }
         let (want, got) = (modelled(&m), observed(&mut c, firm, matter, &xacts).await);
         if want != got {

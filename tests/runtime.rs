@@ -352,10 +352,10 @@ async fn a_heartbeating_build_longer_than_its_lease_is_never_reclaimed() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let runs = reads::runs(&mut c, firm, matter, 10).await.unwrap();
-        if let Some(r) = runs.iter().find(|r| r.outcome == RunOutcome::Running) {
-            if r.heartbeat_at - r.started_at >= chrono::Duration::milliseconds(1000) {
-                break;
-            }
+        if let Some(r) = runs.iter().find(|r| r.outcome == RunOutcome::Running)
+            && r.heartbeat_at - r.started_at >= chrono::Duration::milliseconds(1000)
+        {
+            break;
         }
         assert!(
             !runs.iter().any(|r| r.outcome == RunOutcome::Landed),

@@ -437,8 +437,8 @@ async fn write_facts(pool: Pool, firm: Uuid, record: Arc<Mutex<Record>>, stop: A
             (r.matters.len(), pick)
         };
         let recorded = match pick {
-            Some(matter) if count >= MATTERS || i % 2 == 0 => {
-                if i % 7 == 0 {
+            Some(matter) if count >= MATTERS || i.is_multiple_of(2) => {
+                if i.is_multiple_of(7) {
                     facts::request_brief(&mut c, firm, matter).await.map(drop)
                 } else {
                     let document_id = Uuid::new_v4();

@@ -257,11 +257,13 @@ impl Admission {
             if q.closed {
                 return None;
             }
-            if q.groups.is_empty() && !q.paused.holds(key.firm_id) && !q.limits.active() {
-                if let Some(hold) = self.capacity.try_hold() {
-                    q.add_pending(key.firm_id);
-                    return Some(self.grant(hold, key.firm_id, None));
-                }
+            if q.groups.is_empty()
+                && !q.paused.holds(key.firm_id)
+                && !q.limits.active()
+                && let Some(hold) = self.capacity.try_hold()
+            {
+                q.add_pending(key.firm_id);
+                return Some(self.grant(hold, key.firm_id, None));
             }
             let (tx, rx) = oneshot::channel();
             q.seq += 1;

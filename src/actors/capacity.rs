@@ -51,12 +51,12 @@ impl Drop for Hold {
         let Some(permit) = self.permit.take() else {
             return;
         };
-        if let Ok(mut granted) = self.capacity.granted.lock() {
-            if *granted > self.capacity.target() {
-                permit.forget();
-                *granted -= 1;
-                return;
-            }
+        if let Ok(mut granted) = self.capacity.granted.lock()
+            && *granted > self.capacity.target()
+        {
+            permit.forget();
+            *granted -= 1;
+            return;
         }
         drop(permit);
     }

@@ -20,10 +20,10 @@ impl Liveness {
     }
 
     fn record(&self, name: &'static str) {
-        if let Ok(mut d) = self.0.lock() {
-            if !d.contains(&name) {
-                d.push(name);
-            }
+        if let Ok(mut d) = self.0.lock()
+            && !d.contains(&name)
+        {
+            d.push(name);
         }
     }
 

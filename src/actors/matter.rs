@@ -326,10 +326,10 @@ impl Handler<Nudge> for MatterActor {
         p.class = Some(p.class.map_or(msg.class, |c| c.max(msg.class)));
         p.quiet_at = Some(p.quiet_at.map_or(quiet, |q| q.max(quiet)));
         p.event_ids.extend(msg.event_ids);
-        if let Some(tp) = msg.traceparent {
-            if !p.traceparents.contains(&tp) {
-                p.traceparents.push(tp);
-            }
+        if let Some(tp) = msg.traceparent
+            && !p.traceparents.contains(&tp)
+        {
+            p.traceparents.push(tp);
         }
         if coalesced {
             Metrics::inc(&self.node.metrics.counters.demands_coalesced);

@@ -72,12 +72,12 @@ pub async fn set_firm(
     firm_id: Uuid,
     settings: &FirmSettings,
 ) -> Result<()> {
-    if let Some(w) = settings.weight {
-        if !(1..=MAX_WEIGHT).contains(&w) {
-            return Err(Error::InvalidInput(format!(
-                "weight {w} is out of range: 1 to {MAX_WEIGHT}"
-            )));
-        }
+    if let Some(w) = settings.weight
+        && !(1..=MAX_WEIGHT).contains(&w)
+    {
+        return Err(Error::InvalidInput(format!(
+            "weight {w} is out of range: 1 to {MAX_WEIGHT}"
+        )));
     }
     let name = match settings.name.as_deref().map(str::trim) {
         None => None,

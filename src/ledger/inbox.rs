@@ -139,10 +139,10 @@ fn disagreement(wire: &EventEnvelope, row: &OutboxRow) -> Option<String> {
     if wire.xact_id.is_some_and(|x| x != row.xact_id) {
         diffs.push("xact_id".to_owned());
     }
-    if let (Some(w), Some(r)) = (&wire.traceparent, &row.traceparent) {
-        if w != r {
-            diffs.push("traceparent".to_owned());
-        }
+    if let (Some(w), Some(r)) = (&wire.traceparent, &row.traceparent)
+        && w != r
+    {
+        diffs.push("traceparent".to_owned());
     }
     (!diffs.is_empty()).then(|| {
         format!(

@@ -87,10 +87,11 @@ async fn until_served(pool: &Pool, firm: Uuid, matter: Uuid, limit: Duration) ->
     let deadline = Instant::now() + limit;
     loop {
         let mut c = pool.get().await?;
-        if let Some(j) = reads::job(&mut c, firm, matter).await? {
-            if !j.unserved() && j.run_status == RunStatus::Idle {
-                return Ok(());
-            }
+        if let Some(j) = reads::job(&mut c, firm, matter).await?
+            && !j.unserved()
+            && j.run_status == RunStatus::Idle
+        {
+            return Ok(());
         }
         if Instant::now() > deadline {
             return Err(Error::internal(format!(

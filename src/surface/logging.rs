@@ -26,10 +26,10 @@ impl Logging {
     /// `otel.endpoint`. Bounded by `otel.timeout_seconds`.
     pub async fn flush(&self) {
         #[cfg(feature = "otel")]
-        if let Some(h) = &self.otel {
-            if !h.flush().await {
-                tracing::warn!("the last spans could not be exported before shutdown");
-            }
+        if let Some(h) = &self.otel
+            && !h.flush().await
+        {
+            tracing::warn!("the last spans could not be exported before shutdown");
         }
     }
 }

@@ -107,10 +107,8 @@ pub fn unit_values(unit: &str, key: &str) -> Vec<String> {
     for line in unit.lines().map(str::trim) {
         if line.starts_with('[') {
             in_service = line == "[Service]";
-        } else if in_service {
-            if let Some(v) = line.strip_prefix(&format!("{key}=")) {
-                out.push(v.trim().to_owned());
-            }
+        } else if in_service && let Some(v) = line.strip_prefix(&format!("{key}=")) {
+            out.push(v.trim().to_owned());
         }
     }
     out

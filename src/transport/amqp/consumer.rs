@@ -405,7 +405,7 @@ impl Session<'_> {
                     attempts += 1;
                     // The first failure and then every tenth: a long outage does not flood
                     // the log.
-                    if attempts == 1 || attempts % 10 == 0 {
+                    if attempts == 1 || attempts.is_multiple_of(10) {
                         tracing::warn!(error = %err, attempts, "cannot {what} yet; retrying in place");
                     }
                     if stalled.0.is_none() {

@@ -264,10 +264,10 @@ pub async fn drain(ch: &Channel, opts: &AmqpOptions) -> Result<usize> {
             if let Ok(n) = &next {
                 give_back(opts, n).await;
             }
-            if marked.is_err() {
-                if let Some(p) = &prev {
-                    let _ = mark(opts, p).await;
-                }
+            if marked.is_err()
+                && let Some(p) = &prev
+            {
+                let _ = mark(opts, p).await;
             }
             mark(opts, &settled).await?;
             return Err(marked.err().or(next.err()).unwrap_or(e));

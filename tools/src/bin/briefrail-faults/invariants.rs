@@ -294,10 +294,10 @@ async fn lost_claims(w: &World) -> Verdict {
         .lines("SELECT run_id::text AS what FROM ops.matter_frames")
         .await;
     for r in &landed {
-        if let Ok(id) = r.parse::<Uuid>() {
-            if w.lost.tokens.iter().any(|(_, _, run)| *run == id) {
-                violations.push(format!("run {id} of the lost past landed a frame"));
-            }
+        if let Ok(id) = r.parse::<Uuid>()
+            && w.lost.tokens.iter().any(|(_, _, run)| *run == id)
+        {
+            violations.push(format!("run {id} of the lost past landed a frame"));
         }
     }
     Verdict {

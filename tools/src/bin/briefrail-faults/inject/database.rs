@@ -290,10 +290,10 @@ async fn record_lost_past(
     )
     .await
     {
-        if !kept_events.contains(&l) {
-            if let Ok(e) = l.parse() {
-                w.lost.events.insert(e);
-            }
+        if !kept_events.contains(&l)
+            && let Ok(e) = l.parse()
+        {
+            w.lost.events.insert(e);
         }
     }
 }

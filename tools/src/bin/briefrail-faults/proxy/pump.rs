@@ -201,12 +201,12 @@ impl ClientSide {
     fn build_commit(&mut self, conn: &Conn, after: &mut AfterWrite) -> Verdict {
         let shared = &conn.shared;
         let mut arms = lock(&shared.arms);
-        if !std::mem::take(&mut self.released) {
-            if let Some(tx) = arms.hold.take() {
-                lock(&shared.stats).held_commits += 1;
-                trace(conn, || "build COMMIT held".to_string());
-                return Verdict::Hold(tx);
-            }
+        if !std::mem::take(&mut self.released)
+            && let Some(tx) = arms.hold.take()
+        {
+            lock(&shared.stats).held_commits += 1;
+            trace(conn, || "build COMMIT held".to_string());
+            return Verdict::Hold(tx);
         }
         self.in_build = false;
         let pending = match arms.cut.take() {
