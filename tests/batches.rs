@@ -1,4 +1,5 @@
-//! Claims and commits in batches (`migrations/…000011`, `docs/protocol.md` "Speed: batches"):
+//! Claims and commits in batches (`ops.claim_batch`, `ops.commit_claims`; `docs/protocol.md`
+//! "Speed: batches"):
 //! a batch shares a round trip and a transaction, never a decision. Each member answers as it
 //! would alone, each compare-and-swap fences its own row, a refused frame fails only its own
 //! build, two batches over the same rows never deadlock (nor a commit batch and a trigger
@@ -794,7 +795,7 @@ async fn claim_effect(
     )
 }
 
-/// The claim batch has two forms of one compare-and-swap (migration 000021): rows it finds
+/// The claim batch has two forms of one compare-and-swap (`ops.claim_batch`): rows it finds
 /// all existing are locked and updated by position, a batch with a row missing runs the upsert.
 /// For each kind of claim and each state a claim judges, three copies of the same matters are
 /// claimed alone, in a batch whose rows all exist, and in the same batch with one never-demanded

@@ -1471,8 +1471,7 @@ async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
     );
 }
 
-/// Several demands for one matter in one trigger batch (`ops.demands` judges them together,
-/// migration 000018): each is judged by its own fact, a covered one adds nothing, and each
+/// Several demands for one matter in one trigger batch (`ops.demands` judges them together): each is judged by its own fact, a covered one adds nothing, and each
 /// uncovered one reaches its own generation in event order, exactly as one at a time; the
 /// running build is told to rebuild once.
 #[tokio::test]
@@ -2058,7 +2057,7 @@ async fn a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connectio
     assert!((ahead(&mut mover).await - 3600.0).abs() < 1.0);
 }
 
-/// The relay's lease names the rows it leases by key (`ops.lease_events`, migration 000020):
+/// The relay's lease names the rows it leases by key (`ops.lease_events`):
 /// with 10,000 retained events, ten leases on the plan the function keeps for the session read
 /// no outbox row through a sequential scan. As `IN (subquery)` it hash-joined a scan of the
 /// whole outbox; as SQL the node sent, it was planned at each call with whatever the
@@ -2173,7 +2172,7 @@ async fn a_connection_whose_runtime_ended_is_never_handed_out() {
 }
 
 /// The relay's lease writes a new version of each row it leases (`next_attempt_at`), and the
-/// outbox's pages keep room for it (migration 000019, `fillfactor = 50`): every leased row (as
+/// outbox's pages keep room for it (`fillfactor = 50`): every leased row (as
 /// the library writes them) is rewritten on its own page (a HOT update), so a lease inserts
 /// nothing into the outbox's indexes. On full pages each leased row moved to another page and
 /// got a new entry in each of the four indexes that hold an unpublished row.

@@ -8,7 +8,7 @@
 //! - Nine deliberate bugs each produce a counterexample, so the checker is known to be able to
 //!   fail: the seed's upsert, a CAS without the token, deletable job rows, no reconcile, a
 //!   demand without snapshot coverage, a consumer that trusts the wire, and three that are the
-//!   code before migration 000003: a retry claim without the limit, a plain demand that keeps
+//!   pre-release code before retries were limited: a retry claim without the limit, a plain demand that keeps
 //!   the failure count, an old build's failure counted against a new demand.
 //! - Admission (`tests/model/admission.rs`): the fair order, the pauses and the fleet's cap keep
 //!   their properties at the default bound, and removing promotion, the permit's lock, the

@@ -1,12 +1,12 @@
-//! Plans that read a matter's rows by key whatever the statistics say (`migrations/…000012`,
-//! `docs/protocol.md` "Speed: plans by key").
+//! Plans that read a matter's rows by key whatever the statistics say (`docs/protocol.md`
+//! "Speed: plans by key").
 //!
 //! A ledger whose tables were analyzed while empty (a fresh install after `vacuumdb --analyze`,
 //! or an `ANALYZE` before the first import) made every transition plan sequential scans, kept
 //! for the session's life: serving N matters read O(N²) rows until autovacuum analyzed again.
 //! The test runs every transition the rail calls, many times, in one transaction on such a
 //! ledger, and counts that transaction's sequential scans of the ledger's tables, and its reads
-//! of the partial indexes, which a generic plan preferred to the primary key (`…000013`): each
+//! of the partial indexes, which a generic plan preferred to the primary key: each
 //! claim leaves an entry there that stays, dead, until vacuum, so reading a row through one
 //! grew slower the longer a burst lasted.
 
@@ -242,12 +242,12 @@ async fn a_transition_that_disables_scans_never_compiles_its_statements() {
     .expect("count the guarded functions");
     assert_eq!(
         guarded.n, 21,
-        "every transition of migration 000012, 000017's ops.commit_claims, 000018's ops.demands and 000020's outbox statements disable sequential scans"
+        "every transition, the batch transitions ops.commit_claims and ops.demands, and the outbox statements disable sequential scans"
     );
 }
 
 /// Every transition that reads by key keeps the generic plan from its first call
-/// (`migrations/…000016`): custom plans, made anew at each of a session's first five calls of
+/// (`plan_cache_mode = force_generic_plan`): custom plans, made anew at each of a session's first five calls of
 /// each statement, cost every fresh pooled connection that much planning, and a node serving a
 /// backlog right after it starts paid it on all its connections at once. A later
 /// `CREATE OR REPLACE` that leaves the setting out fails here.

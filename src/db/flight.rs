@@ -1,7 +1,7 @@
 //! A one-statement transaction with BEGIN in the statement's flight: BEGIN and the statement
 //! are written to the connection together, and COMMIT follows the statement's answer. Two round
 //! trips where three were sequential; under load each round trip costs a scheduler wake-up on
-//! both sides (a commit waited 4.6 ms on average at 10,000 matters, `briefrail-bench e2e`).
+//! both sides, and a commit waits for each.
 //!
 //! COMMIT still goes out only once the statement has answered, so the transaction on the wire
 //! is what it was (a fault that holds or cuts a COMMIT acts on the same message), and what

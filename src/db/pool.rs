@@ -103,8 +103,8 @@ impl PoolOptions {
 
 /// Opens one connection with the session settings every briefrail connection carries. `jit`
 /// is off: every ledger statement is a short index lookup, yet a statement over a large table
-/// can be costed past `jit_above_cost`, and compiling it then takes longer (100-200 ms here)
-/// than running it (a reconcile at 10,000,000 job rows, measured in the benchmark).
+/// can be costed past `jit_above_cost`, and compiling it then takes far longer than running it
+/// (reconcile over a large ledger, for one).
 pub async fn establish(
     url: &str,
     lock_timeout: Duration,

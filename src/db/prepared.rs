@@ -17,11 +17,10 @@
 //! function, or of a `sql` one Postgres cannot inline): a kept statement may run on a generic
 //! plan from its sixth call, made with the statistics of that moment and kept for the session.
 //! A function call's plan is the call whatever the statistics say, and the function keeps its
-//! own plans (`…000012`). A statement that reads a table itself stays a `sql_query`, planned
-//! for each call with its values, or becomes a function of the ledger: the relay's mark
-//! (`event_id = ANY ($1)`), kept as SQL for a trial, ran 12 ms a call on a generic plan made
-//! while the outbox was small, a sequential scan of every event (it is `ops.mark_published`
-//! now, `…000020`).
+//! own plans (docs/protocol.md, "Speed: plans by key"). A statement that reads a table itself
+//! stays a `sql_query`, planned for each call with its values, or becomes a function of the
+//! ledger (the relay's mark is `ops.mark_published`): kept as SQL, it could run for the rest of
+//! the session on a generic plan made while the table was small, a sequential scan of every row.
 
 use diesel::QueryResult;
 use diesel::pg::Pg;

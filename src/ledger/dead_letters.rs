@@ -1,4 +1,4 @@
-//! Messages the trigger refused, kept in the ledger (`ops.dead_letters`, migration 000010) so
+//! Messages the trigger refused, kept in the ledger (`ops.dead_letters`) so
 //! an operator can see why, replay and discard them from the console or the CLI.
 //!
 //! A refusal changes no job row; the row here is its only trace in the ledger. The broker's

@@ -1,4 +1,4 @@
-//! Who runs against this ledger: each node writes its own row of `ops.nodes` (migration 000010)
+//! Who runs against this ledger: each node writes its own row of `ops.nodes`
 //! when it starts, at every heartbeat and when it stops cleanly; the console and
 //! `briefrail nodes` read every row.
 //!

@@ -1,6 +1,6 @@
 //! **Retention**: removing what no guarantee needs any more, so an install that runs for years
-//! keeps bounded tables. Each call is one statement of migration 000007 (`ops.prune_events`,
-//! `ops.prune_runs`, `ops.prune_frames`: the SQL and its reasons live there), removing at most
+//! keeps bounded tables. Each call is one statement (`ops.prune_events`, `ops.prune_runs`,
+//! `ops.prune_frames`: the SQL and its reasons are in `src/ledger/live/`), removing at most
 //! a batch, oldest first, skipping rows another transaction holds. The sweeper drives the
 //! passes ([`crate::actors::retention`]); docs/protocol.md ("Retention") says what is removed
 //! when, and why nothing a guarantee needs ever is.

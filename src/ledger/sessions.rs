@@ -1,4 +1,4 @@
-//! Console sessions (`ops.console_sessions`, migration 000010). A browser cannot send the
+//! Console sessions (`ops.console_sessions`). A browser cannot send the
 //! admin bearer token, so `POST /login` trades it for a session: the cookie carries the
 //! session id, and every form that changes state carries the session's CSRF token.
 //!

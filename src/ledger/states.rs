@@ -1,7 +1,7 @@
 //! The protocol's states as types, each mapped to the database's text once, here.
 //!
 //! The `CHECK` constraints of `ops.matter_frame_jobs.run_status` and
-//! `ops.matter_frame_runs.outcome` (migration 000001) list the same values; a value the
+//! `ops.matter_frame_runs.outcome` (`src/ledger/live/catalog.sql`) list the same values; a value the
 //! database holds that is not listed here is a decoding error, never a silent string.
 
 use std::fmt;
@@ -74,7 +74,7 @@ text_enum! {
         /// A claim holds the row until its lease deadline.
         Running = "running",
         /// The last claim failed; `not_before` says when to retry (a claim handed back at a
-        /// clean shutdown leaves the row idle since migration 000010).
+        /// clean shutdown leaves the row idle).
         Failed = "failed",
     }
 }
@@ -92,7 +92,7 @@ text_enum! {
         Failed = "failed",
         /// Its lease ran out; the sweep or a later claim closed it.
         LeaseExpired = "lease_expired",
-        /// A clean shutdown handed its claim back (migration 000010): nothing went wrong, no
+        /// A clean shutdown handed its claim back: nothing went wrong, no
         /// retry is spent, and the matter is claimable at once.
         Released = "released",
     }

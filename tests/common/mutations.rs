@@ -427,7 +427,7 @@ pub fn all() -> Vec<Mutation> {
         Mutation {
             name: "outbox_pages_filled_to_the_brim",
             breaks: "speed: the relay's lease rewrites each row on its own page (no index entries)",
-            // Not a function: migration 000019's storage parameter, taken back.
+            // Not a function: the outbox's storage parameter, taken back.
             plants: &[Plant::Sql(
                 "ALTER TABLE ops.domain_event_outbox RESET (fillfactor);",
             )],

@@ -115,7 +115,7 @@ impl State {
                 j.lease_expired = false; // claimed_at = ops.now()
                 j.claimed_snapshot = Some(snapshot);
                 if !only_unserved && flaw != Flaw::PlainDemandKeepsRetries {
-                    j.failures = 0; // a plain claim is a demand (migration 000003)
+                    j.failures = 0; // a plain claim is a demand: it restarts retries
                 }
                 j.piled_up = 0;
                 j.claimed
@@ -131,7 +131,7 @@ impl State {
         j.requested += 1;
         j.rebuild_needed = true;
         if flaw != Flaw::PlainDemandKeepsRetries {
-            j.failures = 0; // a new demand restarts retries (migration 000003)
+            j.failures = 0; // a new demand restarts retries
             j.backing_off = false;
         }
         j.piled_up += 1;
@@ -209,7 +209,7 @@ impl State {
             return false;
         };
         j.status = Status::Failed;
-        // CASE WHEN rebuild_needed THEN consecutive_failures (migration 000003) ...
+        // CASE WHEN rebuild_needed THEN consecutive_failures ...
         j.failures = if j.rebuild_needed && flaw != Flaw::FailureCountsAgainstNewDemand {
             j.failures
         } else if permanent {
@@ -222,7 +222,7 @@ impl State {
     }
 
     /// `ops.release_claim`: a node shutting down gives its claim back, no backoff; the row is
-    /// idle again (migration 000010), its demand still unserved.
+    /// idle again, its demand still unserved.
     pub fn release_claim(&mut self, token: u8) -> bool {
         let Some(j) = self.current(token) else {
             return false;
@@ -242,7 +242,7 @@ impl State {
             return false;
         };
         j.status = Status::Failed;
-        // + CASE WHEN rebuild_needed THEN 0 ELSE 1 END (migration 000003)
+        // + CASE WHEN rebuild_needed THEN 0 ELSE 1 END
         if !j.rebuild_needed || flaw == Flaw::FailureCountsAgainstNewDemand {
             j.failures += 1;
         }

@@ -14,7 +14,7 @@
 //! | `Republish(f)` | reconciliation republishes an event no consumer recorded | outbox ⟕ `ops.consumed_events` | `transport::amqp::relay` |
 //! | `Deliver(n, f)` (trigger `DemandThenClaim`) | the consumer's inbox transaction: inbox row, then the demand; ack | `INSERT ops.consumed_events`; `ops.demand(…, p_xact)` | `ledger::inbox::apply` |
 //! | `Deliver(n, f)` (trigger `ClaimAsDemand`) | the consumer takes the delivery; it acks after the claim settles | — | `transitions::claim_or_record(demand_recorded = false)` |
-//! | `Claim(n)` for a delivery (trigger `ClaimAsDemand`) | the plain claim, itself a demand | `ops.claim(…, p_only_unserved = false)` (restarts retries, migration 000003) | `transitions::claim` |
+//! | `Claim(n)` for a delivery (trigger `ClaimAsDemand`) | the plain claim, itself a demand | `ops.claim(…, p_only_unserved = false)` (restarts retries) | `transitions::claim` |
 //! | `DeliverPoke(n)` | a reconcile nudge reaches a matter actor | — | `actors::matter` |
 //! | `Claim(n)` otherwise | the matter actor claims for a recorded demand or a retry | `ops.claim(…, p_only_unserved = true)` | `transitions::claim` |
 //! | `ReadRow(n)` | a claim that returned NULL reads why | `SELECT … FROM ops.matter_frame_jobs` | `transitions::claim_or_record` |
@@ -88,16 +88,16 @@ pub enum Flaw {
     /// The sweeper never reconciles: a nudge lost after its demand was recorded is never
     /// followed up. Safety holds (the row still owes the demand); liveness must not.
     NoReconcile,
-    /// The claim of migration 000002: a claim for a recorded demand ignored the retry limit,
+    /// The pre-release claim without a retry limit: a claim for a recorded demand ignored the retry limit,
     /// so the sweeper's nudge retried a matter whose builds kept losing their lease forever.
     RetryWithoutLimit,
     /// `ops.demand` without the snapshot: every demand mid-build owes a follow-up, even for a
     /// fact the running build reads already.
     NoCoverage,
-    /// The plain claim and lost-claim record of migration 000002: a new demand on the plain
+    /// The pre-release plain claim and lost-claim record: a new demand on the plain
     /// path did not restart the retries of a failing matter.
     PlainDemandKeepsRetries,
-    /// The fail and sweep of migration 000002: the failure of a build claimed before a demand
+    /// The pre-release fail and sweep: the failure of a build claimed before a demand
     /// arrived counted against that demand's retries.
     FailureCountsAgainstNewDemand,
     /// The consumer before "trust only the ledger": it took a nudge's transaction id from the
