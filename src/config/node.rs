@@ -42,8 +42,9 @@ impl NodeSettings {
 }
 
 impl Settings {
-    /// This node's id: `node.id`, or `hostname-pid`.
-    pub(crate) fn node_id(&self) -> String {
+    /// This node's id: `node.id`, or `hostname-pid`. An embedder passes it to
+    /// [`crate::otel::start`], so its spans name the node the way the node's logs do.
+    pub fn node_id(&self) -> String {
         if !self.node.id.trim().is_empty() {
             return self.node.id.trim().to_owned();
         }

@@ -154,7 +154,7 @@ impl bb8::ErrorSink<PoolError> for KeepLastError {
 }
 
 /// The error of a checkout that timed out: bb8's own words, and the last connection error
-/// met within [`CAUSE_WITHIN`] when there is one (why no connection could be had).
+/// met within the last minute when there is one (why no connection could be had).
 pub fn timed_out() -> String {
     let cause = LAST_CONNECTION_ERROR
         .lock()

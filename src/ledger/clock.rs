@@ -13,7 +13,7 @@
 //! instead of sleeping past a lease: a table row, so the advance holds for every connection and
 //! every process on that database.
 //!
-//! Rust that writes or compares a time of the ledger uses [`ledger_now`], never
+//! Rust that writes or compares a time of the ledger uses [`ledger_now()`], never
 //! `diesel::dsl::now`.
 
 diesel::define_sql_function! {

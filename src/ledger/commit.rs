@@ -329,7 +329,7 @@ pub enum Batched {
 }
 
 /// A node's commits of frames without extra writes that are ready while earlier ones are on
-/// the wire go in one transaction ([`commit_frames`]). A member whose batch rolled back, or
+/// the wire go in one transaction (`ops.commit_frames`). A member whose batch rolled back, or
 /// that never reached one, commits alone; one whose answer was lost settles it from the ledger
 /// ([`crate::db::batch::Unanswered`]).
 pub type CommitQueue = Batcher<Member, Batched>;

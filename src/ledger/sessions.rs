@@ -36,7 +36,7 @@ fn secret() -> String {
 }
 
 /// What a node lets a session in with: its admin token (`http.token`), or none. Never printed,
-/// never stored: only [`Credential::key`] of a session leaves the process.
+/// never stored: only its key (a SHA-256 of the session id and the token) leaves the process.
 #[derive(Clone)]
 pub struct Credential {
     token: String,

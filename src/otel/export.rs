@@ -1,6 +1,6 @@
 //! The export queue and the background task that empties it.
 //!
-//! Finished spans go into a bounded channel ([`Queue::push`]: never waits; a full queue drops
+//! Finished spans go into a bounded channel (`Queue::push`: never waits; a full queue drops
 //! the span and counts it). One thread of its own, with its own single-threaded runtime, takes
 //! them off in batches (full at [`MAX_BATCH`], or `otel.batch_delay_ms` after a batch's first
 //! span) and POSTs each batch to the collector, one request at a time. A thread of its own
