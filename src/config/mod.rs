@@ -38,6 +38,7 @@ macro_rules! config_names {
 #[macro_use]
 mod bounds;
 mod keys;
+mod ranges;
 
 mod builder;
 mod builders;
@@ -57,7 +58,7 @@ mod sweeper;
 mod transport;
 mod trigger;
 
-pub use bounds::{BOUNDS, Bound};
+pub use bounds::Bound;
 pub(crate) use bounds::{Unit, Value};
 pub use builder::{BuilderKind, BuilderSettings};
 pub use builders::BuildersSettings;
@@ -69,6 +70,7 @@ pub use lease::LeaseSettings;
 pub use log::{LogFormat, LogSettings};
 pub use node::NodeSettings;
 pub use otel::OtelSettings;
+pub use ranges::BOUNDS;
 pub use reconcile::ReconcileSettings;
 pub use relay::RelaySettings;
 pub use retention::RetentionSettings;
