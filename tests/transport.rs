@@ -386,7 +386,13 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
             "one dead letter says {expected:?}: {reasons:?}"
         );
     }
-    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 4);
+    // Counted after the broker confirms the dead letter and the delivery is acked.
+    eventually(
+        Duration::from_secs(20),
+        "the dead letters counted",
+        || async { (get(&r.opts.metrics.counters.dead_lettered) == 4).then_some(()) },
+    )
+    .await;
     // Each is in the ledger too, with its reason, for the console and `briefrail dead-letters`;
     // the ten-MiB body is kept truncated, and a body that named an event id is filed under it.
     let mut c = r.db.pool.get().await.unwrap();
@@ -1036,7 +1042,13 @@ async fn a_late_copy_of_an_event_retention_removed_is_acked_counted_and_changes_
         reason.contains(&unknown.event_id.to_string()),
         "only the unknown id is dead-lettered: {reason}"
     );
-    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 1);
+    // Counted after the broker confirms the dead letter and the delivery is acked.
+    eventually(
+        Duration::from_secs(20),
+        "the dead letters counted",
+        || async { (get(&r.opts.metrics.counters.dead_lettered) == 1).then_some(()) },
+    )
+    .await;
     let after = reads::job(&mut c, firm, m).await.unwrap().unwrap();
     assert_eq!(
         (after.requested_generation, after.landed_generation),
@@ -1590,7 +1602,14 @@ async fn messages_with_nul_bytes_are_dead_lettered_and_the_trigger_keeps_serving
             d.body_text
         );
     }
-    assert_eq!(get(&r.opts.metrics.counters.dead_lettered), 6);
+    // The ledger's row comes first; the message is then dead-lettered on the broker, acked,
+    // and counted.
+    eventually(
+        Duration::from_secs(20),
+        "six dead letters counted",
+        || async { (get(&r.opts.metrics.counters.dead_lettered) == 6).then_some(()) },
+    )
+    .await;
     assert_eq!(get(&r.opts.metrics.counters.dead_letters_unrecorded), 0);
     assert_eq!(get(&r.opts.metrics.counters.consumer_sessions_ended), 0);
     // The session survived: a real upload is consumed and served at once.
