@@ -41,6 +41,19 @@ struct Rig {
     opts: AmqpOptions,
 }
 
+impl Rig {
+    /// Waits until `n` messages have been dead-lettered: the consumer counts one only after the
+    /// ledger's row, the broker's confirm of the dead letter and the delivery's ack.
+    async fn dead_lettered(&self, n: u64) {
+        eventually(
+            Duration::from_secs(20),
+            "the dead letters counted",
+            || async { (get(&self.opts.metrics.counters.dead_lettered) == n).then_some(()) },
+        )
+        .await;
+    }
+}
+
 /// A node (brief builder) and AMQP options on a database and topology of this test's own.
 async fn rig(reconcile_after: Duration) -> Rig {
     rig_with(reconcile_after, Duration::from_millis(20)).await
@@ -386,13 +399,7 @@ async fn poison_messages_are_dead_lettered_with_a_reason_and_consumption_goes_on
             "one dead letter says {expected:?}: {reasons:?}"
         );
     }
-    // Counted after the broker confirms the dead letter and the delivery is acked.
-    eventually(
-        Duration::from_secs(20),
-        "the dead letters counted",
-        || async { (get(&r.opts.metrics.counters.dead_lettered) == 4).then_some(()) },
-    )
-    .await;
+    r.dead_lettered(4).await;
     // Each is in the ledger too, with its reason, for the console and `briefrail dead-letters`;
     // the ten-MiB body is kept truncated, and a body that named an event id is filed under it.
     let mut c = r.db.pool.get().await.unwrap();
@@ -1042,13 +1049,7 @@ async fn a_late_copy_of_an_event_retention_removed_is_acked_counted_and_changes_
         reason.contains(&unknown.event_id.to_string()),
         "only the unknown id is dead-lettered: {reason}"
     );
-    // Counted after the broker confirms the dead letter and the delivery is acked.
-    eventually(
-        Duration::from_secs(20),
-        "the dead letters counted",
-        || async { (get(&r.opts.metrics.counters.dead_lettered) == 1).then_some(()) },
-    )
-    .await;
+    r.dead_lettered(1).await;
     let after = reads::job(&mut c, firm, m).await.unwrap().unwrap();
     assert_eq!(
         (after.requested_generation, after.landed_generation),
@@ -1602,14 +1603,7 @@ async fn messages_with_nul_bytes_are_dead_lettered_and_the_trigger_keeps_serving
             d.body_text
         );
     }
-    // The ledger's row comes first; the message is then dead-lettered on the broker, acked,
-    // and counted.
-    eventually(
-        Duration::from_secs(20),
-        "six dead letters counted",
-        || async { (get(&r.opts.metrics.counters.dead_lettered) == 6).then_some(()) },
-    )
-    .await;
+    r.dead_lettered(6).await;
     assert_eq!(get(&r.opts.metrics.counters.dead_letters_unrecorded), 0);
     assert_eq!(get(&r.opts.metrics.counters.consumer_sessions_ended), 0);
     // The session survived: a real upload is consumed and served at once.

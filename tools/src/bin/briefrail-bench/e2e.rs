@@ -74,6 +74,7 @@ pub fn binary() -> R<PathBuf> {
         if !b.is_file() {
             return Err(format!("BRIEFRAIL_BENCH_BINARY={}: no such file", b.display()).into());
         }
+        println!("    (nodes run {})", b.display());
         return Ok(b);
     }
     let me = std::env::current_exe()?;
@@ -240,9 +241,6 @@ async fn db_now(pool: &Pool) -> R<f64> {
 /// Serves `run.matters` matters with `run.nodes` node processes; measures.
 pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let bin = binary()?;
-    if std::env::var_os("BRIEFRAIL_BENCH_BINARY").is_some() {
-        println!("    (nodes run {})", bin.display());
-    }
     let name = format!("{}_e2e", admin::split_url(server)?.0);
     let (url, pool) = fresh(server, &name).await?;
     trial_sql(&pool).await?;
