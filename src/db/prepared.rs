@@ -13,14 +13,17 @@
 //! can be built: a statement assembled at run time (a `format!`) has no `&'static` text, and
 //! each of its variants would stay in the cache for the session's life.
 //!
-//! **Only for a call of a transition function** (`SELECT … FROM ops.f($1, …)` of a `plpgsql`
-//! function, or of a `sql` one Postgres cannot inline): a kept statement may run on a generic
-//! plan from its sixth call, made with the statistics of that moment and kept for the session.
-//! A function call's plan is the call whatever the statistics say, and the function keeps its
-//! own plans (docs/protocol.md, "Speed: plans by key"). A statement that reads a table itself
-//! stays a `sql_query`, planned for each call with its values, or becomes a function of the
-//! ledger (the relay's mark is `ops.mark_published`): kept as SQL, it could run for the rest of
-//! the session on a generic plan made while the table was small, a sequential scan of every row.
+//! **For the calls of the ledger's functions** (`SELECT … FROM ops.f($1, …)`, built only by
+//! [`crate::ledger`]'s `sql` module), **and for a statement with one plan whatever the
+//! statistics** (a delete by primary key, a read of a one-row table): a kept statement may run on
+//! a generic plan from its sixth call, made with the statistics of that moment and kept for the
+//! session. A function call's plan is the call whatever the statistics say, and the function
+//! keeps its own plans (docs/protocol.md, "Speed: plans by key"). A statement that reads a table
+//! itself stays a `sql_query`, planned for each call with its values, or becomes a function of
+//! the ledger (the relay's mark is `ops.mark_published`): kept as SQL, it could run for the rest
+//! of the session on a generic plan made while the table was small, a sequential scan of every
+//! row. A call of a function Postgres inlines is such a statement: it is built with
+//! [`Prepared::planned_each_call`].
 
 use diesel::QueryResult;
 use diesel::pg::Pg;
@@ -34,6 +37,8 @@ use diesel::sql_types::{HasSqlType, Untyped};
 pub struct Prepared<'a> {
     sql: &'static str,
     params: Vec<Box<dyn Param + Send + 'a>>,
+    /// Whether the session keeps the statement (see [`Prepared::planned_each_call`]).
+    kept: bool,
 }
 
 /// The statement `sql`, prepared on a session's first call and only executed after that. Its
@@ -43,6 +48,7 @@ pub fn prepared<'a>(sql: &'static str) -> Prepared<'a> {
     Prepared {
         sql,
         params: Vec::new(),
+        kept: true,
     }
 }
 
@@ -58,6 +64,17 @@ impl<'a> Prepared<'a> {
             value,
             sql_type: std::marker::PhantomData::<fn() -> ST>,
         }));
+        self
+    }
+}
+
+impl Prepared<'_> {
+    /// Plans the statement with its values on every call, as `sql_query` does, instead of
+    /// keeping it: for the call of a function Postgres inlines into the statement (`LANGUAGE
+    /// sql`, `STABLE`, no `SET`), whose statement is then the function's own query of the
+    /// tables, which a kept statement could run on a generic plan for the session's life.
+    pub fn planned_each_call(mut self) -> Self {
+        self.kept = false;
         self
     }
 }
@@ -91,6 +108,9 @@ impl QueryFragment<Pg> for Prepared<'_> {
         let refuse = |why: String| {
             diesel::result::Error::QueryBuilderError(format!("{why}: {}", self.sql).into())
         };
+        if !self.kept {
+            out.unsafe_to_cache_prepared();
+        }
         let mut used = vec![false; self.params.len()];
         let mut rest = self.sql;
         while let Some(at) = rest.find('$') {
@@ -177,5 +197,14 @@ mod tests {
         let stray = prepared("SELECT '$'").bind::<BigInt, _>(1_i64);
         assert!(refused(&stray, "not a parameter"));
         assert!(refused(&prepared("SELECT $0"), "names $0"));
+    }
+
+    #[test]
+    fn a_statement_planned_on_each_call_is_not_kept() -> QueryResult<()> {
+        let q = prepared("SELECT * FROM f($1)")
+            .bind::<BigInt, _>(1_i64)
+            .planned_each_call();
+        assert!(!q.is_safe_to_cache_prepared(&Pg)?, "planned on each call");
+        Ok(())
     }
 }

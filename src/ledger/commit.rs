@@ -22,7 +22,7 @@ use futures_util::future::BoxFuture;
 use uuid::Uuid;
 
 use super::models::Claim;
-use super::sql::{self, bounded};
+use super::sql::{self, Flag, Number, Numbers, Refusal, bounded};
 use super::states::RunOutcome;
 use crate::db::Pool;
 use crate::db::batch::{Batcher, Unanswered};
@@ -154,8 +154,8 @@ impl Commit {
                     "commit refused: token {} (run {}) is no longer the current claim",
                     c.token, c.run_id
                 );
-                diesel::select(sql::record_fenced(c.run_id, bounded(&why)))
-                    .get_result::<bool>(&mut conn)
+                sql::record_fenced(c.run_id, bounded(&why))
+                    .get_result::<Flag>(&mut conn)
                     .await?;
                 Err(c.fenced())
             }
@@ -225,36 +225,26 @@ impl Commit {
             return self.one_statement(conn, body, reached_commit).await;
         };
         conn.transaction(async move |tx| {
-            let after: Option<i64> = diesel::select(sql::commit_claim(
-                c.firm_id,
-                c.matter_id,
-                c.token,
-                c.run_id,
-                next_run_id,
-                node,
-            ))
-            .get_result(tx)
-            .await?;
+            let after =
+                sql::commit_claim(c.firm_id, c.matter_id, c.token, c.run_id, next_run_id, node)
+                    .get_result::<Number>(tx)
+                    .await?
+                    .number;
             let Some(after) = after else {
                 return Err(c.fenced());
             };
-            let refused: Option<String> = diesel::select(sql::insert_frame(
-                c.firm_id,
-                c.matter_id,
-                c.token,
-                c.run_id,
-                body,
-            ))
-            .get_result(tx)
-            .await?;
+            let refused = sql::insert_frame(c.firm_id, c.matter_id, c.token, c.run_id, body)
+                .get_result::<Refusal>(tx)
+                .await?
+                .refused;
             if let Some(why) = refused {
                 return Err(Error::FrameRefused(why));
             }
             extra(tx, c).await?;
             if after != 0 {
                 // The follow-up's lease starts now, not before the application's writes.
-                diesel::select(sql::start_lease(c.firm_id, c.matter_id, next_run_id))
-                    .get_result::<bool>(tx)
+                sql::start_lease(c.firm_id, c.matter_id, next_run_id)
+                    .get_result::<Flag>(tx)
                     .await?;
             }
             reached_commit.store(true, Ordering::SeqCst);
@@ -279,7 +269,7 @@ impl Commit {
         let flown = {
             let shared: &AsyncPgConnection = conn;
             let mut on = shared;
-            let statement = diesel::select(sql::commit_frame(
+            let statement = sql::commit_frame(
                 c.firm_id,
                 c.matter_id,
                 c.token,
@@ -287,9 +277,11 @@ impl Commit {
                 next_run_id,
                 node,
                 body,
-            ))
-            .get_result::<Option<i64>>(&mut on);
-            flight::begin_with(shared, statement).await
+            )
+            .get_result::<Number>(&mut on);
+            flight::begin_with(shared, statement)
+                .await
+                .map(|answer| answer.number)
         };
         flight::release(conn, &flown);
         match flown {
@@ -379,7 +371,7 @@ async fn commit_frames(
     let mut on = shared;
     let flown = if let [m] = members {
         // A batch of one is the frame's own statement (no loop to enter).
-        let statement = diesel::select(sql::commit_frame(
+        let statement = sql::commit_frame(
             m.claim.firm_id,
             m.claim.matter_id,
             m.claim.token,
@@ -387,13 +379,13 @@ async fn commit_frames(
             m.next_run_id,
             m.node_id.as_str(),
             m.body.as_str(),
-        ))
-        .get_result::<Option<i64>>(&mut on);
+        )
+        .get_result::<Number>(&mut on);
         flight::begin_with(shared, statement)
             .await
-            .map(|answer| vec![answer])
+            .map(|answer| vec![answer.number])
     } else {
-        let statement = diesel::select(sql::commit_frames(
+        let statement = sql::commit_frames(
             members.iter().map(|m| m.claim.firm_id).collect::<Vec<_>>(),
             members
                 .iter()
@@ -407,9 +399,11 @@ async fn commit_frames(
                 .map(|m| m.node_id.as_str())
                 .collect::<Vec<_>>(),
             members.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
-        ))
-        .get_result::<Vec<Option<i64>>>(&mut on);
-        flight::begin_with(shared, statement).await
+        )
+        .get_result::<Numbers>(&mut on);
+        flight::begin_with(shared, statement)
+            .await
+            .map(|answers| answers.numbers)
     };
     flight::release(conn, &flown);
     match flown {

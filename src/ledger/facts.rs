@@ -248,7 +248,8 @@ pub async fn is_archived(
     firm_id: Uuid,
     matter_id: Uuid,
 ) -> Result<bool> {
-    Ok(diesel::select(is_archived_sql(firm_id, matter_id))
-        .get_result(conn)
-        .await?)
+    let archived = super::sql::is_archived(firm_id, matter_id)
+        .get_result::<super::sql::Flag>(conn)
+        .await?;
+    Ok(archived.flag)
 }

@@ -19,11 +19,10 @@
 //! still the fenced compare-and-swap of the claim transition.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, Double, Integer, Nullable, Text, Uuid as SqlUuid};
+use diesel::sql_types::{Double, Integer, Nullable, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use crate::db::prepared::prepared;
 use crate::error::{Error, Result};
 pub use crate::nudge::DemandClass;
 use crate::schema::ops;
@@ -192,12 +191,6 @@ pub struct Candidate {
     pub pending: u32,
 }
 
-#[derive(QueryableByName)]
-struct Pick {
-    #[diesel(sql_type = Nullable<Integer>)]
-    pick: Option<i32>,
-}
-
 /// Which candidate is claimed next (its index), by the ledger's order (`ops.fair_pick`; see
 /// the module); `None` when none may be (the rail or each candidate's firm is paused).
 pub async fn pick(
@@ -215,16 +208,11 @@ pub async fn pick(
         .iter()
         .map(|c| i32::try_from(c.pending).unwrap_or(i32::MAX))
         .collect();
-    let row: Pick = prepared("SELECT ops.fair_pick($1, $2, $3, $4, $5) AS pick")
-        .bind::<Array<SqlUuid>, _>(firms)
-        .bind::<Array<Text>, _>(classes)
-        .bind::<Array<Double>, _>(waited)
-        .bind::<Array<Integer>, _>(pending)
-        .bind::<Double, _>(promote_after.as_secs_f64())
-        .get_result(conn)
+    let row = super::sql::fair_pick(firms, classes, waited, pending, promote_after.as_secs_f64())
+        .get_result::<super::sql::Number>(conn)
         .await?;
     Ok(row
-        .pick
+        .number
         .and_then(|i| usize::try_from(i).ok())
         .and_then(|i| i.checked_sub(1))
         .filter(|i| *i < candidates.len()))

@@ -17,7 +17,6 @@ use uuid::Uuid;
 use super::event_name::EventName;
 use super::models::OutboxRow;
 use super::{outbox, retention};
-use crate::db::prepared::prepared;
 use crate::error::Result;
 use crate::schema::ops;
 
@@ -274,24 +273,16 @@ pub async fn apply_rows(
     consumer: &str,
     rows: &[OutboxRow],
 ) -> Result<Vec<Applied>> {
-    use diesel::sql_types::{Array, Text, Uuid as SqlUuid};
     if rows.is_empty() {
         return Ok(Vec::new());
     }
     let ids: Vec<Uuid> = rows.iter().map(|r| r.event_id).collect();
-    let heard: Vec<&str> = HEARD.to_vec();
-    // Prepared once per session (`db::prepared`): every batch of the broker's consumer runs it.
-    let applied: HashMap<Uuid, AppliedEvent> = prepared(
-        "SELECT event_id, outcome, requested_generation FROM ops.apply_events($1, $2, $3)",
-    )
-    .bind::<Text, _>(consumer)
-    .bind::<Array<SqlUuid>, _>(&ids)
-    .bind::<Array<Text>, _>(&heard)
-    .load::<AppliedEvent>(tx)
-    .await?
-    .into_iter()
-    .map(|a| (a.event_id, a))
-    .collect();
+    let applied: HashMap<Uuid, AppliedEvent> = super::sql::apply_events(consumer, &ids, &HEARD)
+        .load::<AppliedEvent>(tx)
+        .await?
+        .into_iter()
+        .map(|a| (a.event_id, a))
+        .collect();
     rows.iter()
         .map(|row| {
             let a = applied.get(&row.event_id).ok_or_else(|| {
@@ -334,19 +325,11 @@ pub async fn drain_outbox(
     consumer: &str,
     limit: i64,
 ) -> Result<Vec<Drained>> {
-    use diesel::sql_types::{Array, Integer, Text};
-    let heard: Vec<&str> = HEARD.to_vec();
-    // Prepared once per session (`db::prepared`): the embedded transport's every batch.
-    Ok(prepared(
-        "SELECT event_id, firm_id, matter_id, traceparent, outcome, requested_generation,
-                recorded_ago_s, demand_class
-           FROM ops.drain_outbox($1, $2, $3)",
+    Ok(
+        super::sql::drain_outbox(consumer, i32::try_from(limit).unwrap_or(i32::MAX), &HEARD)
+            .load(conn)
+            .await?,
     )
-    .bind::<Text, _>(consumer)
-    .bind::<Integer, _>(i32::try_from(limit).unwrap_or(i32::MAX))
-    .bind::<Array<Text>, _>(&heard)
-    .load(conn)
-    .await?)
 }
 
 /// What `ops.apply_events` said of `row`, in words an operator reads.

@@ -164,11 +164,7 @@ pub async fn release_builder(conn: &mut AsyncPgConnection) -> Result<()> {
     Ok(())
 }
 
-#[derive(diesel::QueryableByName)]
-struct Wait {
-    #[diesel(sql_type = Double)]
-    wait_s: f64,
-}
+use super::sql::Wait;
 
 /// May a build of `key` start now? `None` when it may (a permit is recorded while a cap is
 /// set; it lapses after `ttl` if no claim follows); otherwise how long to wait before asking
@@ -179,12 +175,8 @@ pub async fn take_permit(
     node_id: &str,
     ttl: Duration,
 ) -> Result<Option<Duration>> {
-    let w: Wait = prepared("SELECT ops.take_permit($1, $2, $3, $4) AS wait_s")
-        .bind::<SqlUuid, _>(key.firm_id)
-        .bind::<SqlUuid, _>(key.matter_id)
-        .bind::<Text, _>(node_id)
-        .bind::<Double, _>(ttl.as_secs_f64())
-        .get_result(conn)
+    let w = super::sql::take_permit(key.firm_id, key.matter_id, node_id, ttl.as_secs_f64())
+        .get_result::<Wait>(conn)
         .await?;
     Ok((w.wait_s.is_finite() && w.wait_s > 0.0).then(|| Duration::from_secs_f64(w.wait_s)))
 }
@@ -217,13 +209,11 @@ pub async fn hold_builder(
     reason: &str,
 ) -> Result<Duration> {
     let wait = wait.min(MAX_BUILDER_HOLD);
-    let w: Wait = prepared(
-        "SELECT greatest(extract(epoch FROM ops.hold_builder($1, $2) - ops.clock())::float8, 0)
-                  AS wait_s",
+    let w = super::sql::hold_builder(
+        wait.as_secs_f64(),
+        crate::ledger::text::storable_within(reason, 500),
     )
-    .bind::<Double, _>(wait.as_secs_f64())
-    .bind::<Text, _>(crate::ledger::text::storable_within(reason, 500))
-    .get_result(conn)
+    .get_result::<Wait>(conn)
     .await?;
     tracing::warn!(
         wait_s = w.wait_s,

@@ -18,6 +18,8 @@
 //! * [`transitions`]: demand, claim, lost claim, heartbeat, commit, fail, release, sweep,
 //!   reconcile: each one SQL statement, on the ledger clock ([`clock`]: the database clock,
 //!   which only tests move).
+//! * `sql`: the one way Rust calls the ledger's functions (`src/ledger/live/*.sql`): one
+//!   builder each, prepared once per session; nothing else names one in a statement.
 //! * [`facts`] and [`outbox`]: a fact about the record and its event commit together.
 //! * [`fairness`]: who is served next when build slots are scarce (class, firms, pause).
 //! * [`limits`]: the fleet's cap, rate and builder hold toward the model endpoint.

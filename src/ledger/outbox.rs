@@ -6,13 +6,11 @@
 //! the record.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::clock::ledger_now;
 use super::event_name::EventName;
-use crate::db::prepared::prepared;
 use crate::error::Result;
 use crate::nudge::DemandClass;
 use crate::schema::ops;
@@ -156,16 +154,12 @@ pub async fn lock_unpublished(
 /// Marks events published (the broker confirmed them, or the embedded transport applied them):
 /// `ops.mark_published`, each row by its key. Returns how many it marked.
 pub async fn mark_published(conn: &mut AsyncPgConnection, event_ids: &[Uuid]) -> Result<usize> {
-    #[derive(diesel::QueryableByName)]
-    struct Marked {
-        #[diesel(sql_type = diesel::sql_types::Integer)]
-        marked: i32,
-    }
-    let m: Marked = prepared("SELECT ops.mark_published($1) AS marked")
-        .bind::<Array<SqlUuid>, _>(event_ids)
-        .get_result(conn)
+    let m = super::sql::mark_published(event_ids)
+        .get_result::<super::sql::Number>(conn)
         .await?;
-    Ok(usize::try_from(m.marked).unwrap_or_default())
+    Ok(m.number
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or_default())
 }
 
 /// Records a failed publish: the error is kept on the row, and the row waits out an
@@ -192,16 +186,6 @@ pub async fn mark_failed(
     )
 }
 
-/// The columns of an outbox row, by name, as the functions that return rows hand them back (a
-/// statement that names its columns keeps its result's shape if the table grows one).
-macro_rules! outbox_columns {
-    () => {
-        "event_id, seq, firm_id, matter_id, event_name, payload, traceparent, created_at, \
-         published_at, publish_attempts, last_error, next_attempt_at, xact_id, republish_count, \
-         demand_class"
-    };
-}
-
 /// Takes up to `limit` publishable events for this relay: `ops.lease_events` locks them
 /// (`SKIP LOCKED`, so concurrent relays on other nodes take other rows) and sets a short
 /// publishing lease in `next_attempt_at`, so no transaction is held while the broker confirms.
@@ -212,15 +196,9 @@ pub async fn lease_unpublished(
     limit: i64,
     lease: std::time::Duration,
 ) -> Result<Vec<super::models::OutboxRow>> {
-    let mut rows: Vec<LeasedRow> = prepared(concat!(
-        "SELECT ",
-        outbox_columns!(),
-        " FROM ops.lease_events($1, $2)"
-    ))
-    .bind::<diesel::sql_types::BigInt, _>(limit)
-    .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
-    .load(conn)
-    .await?;
+    let mut rows: Vec<LeasedRow> = super::sql::lease_events(limit, lease.as_secs_f64())
+        .load(conn)
+        .await?;
     rows.sort_by_key(|r| r.seq);
     Ok(rows.into_iter().map(LeasedRow::into_row).collect())
 }
@@ -405,14 +383,7 @@ pub async fn events_aged(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
 ) -> Result<Vec<(super::models::OutboxRow, std::time::Duration)>> {
-    let rows: Vec<AgedRow> = prepared(concat!(
-        "SELECT ",
-        outbox_columns!(),
-        ", ago_s FROM ops.events_aged($1)"
-    ))
-    .bind::<Array<SqlUuid>, _>(event_ids)
-    .load(conn)
-    .await?;
+    let rows: Vec<AgedRow> = super::sql::events_aged(event_ids).load(conn).await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.event.into_row(), seconds_ago(r.ago_s)))

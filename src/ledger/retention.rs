@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{BigInt, Double, Integer, Nullable, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Nullable, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -40,10 +40,7 @@ pub async fn prune_events(
     limit: u32,
 ) -> Result<EventsRemoved> {
     Ok(
-        diesel::sql_query("SELECT events, inbox_rows FROM ops.prune_events($1, $2, $3)")
-            .bind::<Text, _>(consumer)
-            .bind::<Double, _>(older_than.as_secs_f64())
-            .bind::<Integer, _>(clamp(limit))
+        super::sql::prune_events(consumer, older_than.as_secs_f64(), clamp(limit))
             .get_result(conn)
             .await?,
     )
@@ -56,17 +53,10 @@ pub async fn prune_runs(
     older_than: Duration,
     limit: u32,
 ) -> Result<i64> {
-    #[derive(diesel::QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = BigInt)]
-        removed: i64,
-    }
-    let c: Count = diesel::sql_query("SELECT ops.prune_runs($1, $2) AS removed")
-        .bind::<Double, _>(older_than.as_secs_f64())
-        .bind::<Integer, _>(clamp(limit))
-        .get_result(conn)
+    let c = super::sql::prune_runs(older_than.as_secs_f64(), clamp(limit))
+        .get_result::<super::sql::Number>(conn)
         .await?;
-    Ok(c.removed)
+    Ok(c.number.unwrap_or_default())
 }
 
 /// One step of the walk over matters that [`prune_frames`] makes.
@@ -98,14 +88,13 @@ pub async fn prune_frames(
         firm_id: Uuid::nil(),
         matter_id: Uuid::nil(),
     });
-    let s: Step = diesel::sql_query(
-        "SELECT frames, last_firm, last_matter FROM ops.prune_frames($1, $2, $3, $4, $5)",
+    let s: Step = super::sql::prune_frames(
+        clamp(keep),
+        YOUNG_FRAME.as_secs_f64(),
+        from.firm_id,
+        from.matter_id,
+        clamp(matters),
     )
-    .bind::<Integer, _>(clamp(keep))
-    .bind::<Double, _>(YOUNG_FRAME.as_secs_f64())
-    .bind::<SqlUuid, _>(from.firm_id)
-    .bind::<SqlUuid, _>(from.matter_id)
-    .bind::<Integer, _>(clamp(matters))
     .get_result(conn)
     .await?;
     let next = match (s.last_firm, s.last_matter) {

@@ -1,8 +1,9 @@
 //! The transitions of the protocol (`docs/protocol.md`), one SQL statement each.
 //!
 //! Each statement is a SQL function of the same name (its text as it runs:
-//! `src/ledger/live/<name>.sql`), so diesel caches it as a prepared statement; this module is its only caller,
-//! `docs/protocol.md` describes each, and `tests/model/ledger.rs` mirrors each statement in the
+//! `src/ledger/live/<name>.sql`), called through its builder in [`super::sql`] (prepared once per
+//! session); this module and [`super::commit`] are their only callers, `docs/protocol.md`
+//! describes each, and `tests/model/ledger.rs` mirrors each statement in the
 //! model check. Each reads time only through the ledger clock (`ops.now()`, `ops.clock()`:
 //! [`super::clock`]), which only tests move. Every function takes
 //! `&mut AsyncPgConnection` and runs in its own short autocommit transaction, except
@@ -15,17 +16,16 @@
 
 use std::time::Duration;
 
-use diesel::sql_types::{BigInt, Double, Integer, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 pub use super::commit::{Commit, ExtraWrites, Frame, Landed, commit, settle};
 use super::models::Claim;
-use super::sql::{self, bounded};
+use super::sql::{self, Flag, Number, Numbers, bounded};
 use super::states::{ClaimKind, RunStatus};
 use crate::db::Pool;
 use crate::db::batch::Batcher;
-use crate::db::prepared::prepared;
 use crate::error::{Error, Result};
 
 /// What a claim needs to know besides the matter.
@@ -74,10 +74,11 @@ impl From<&crate::config::RetrySettings> for RetryPolicy {
 /// **demand**: bump the dispenser; mid-build, leave the breadcrumb. Returns the new
 /// `requested_generation`, the number a landed frame must reach to serve this demand.
 pub async fn demand(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid) -> Result<i64> {
-    let r: Option<i64> = diesel::select(sql::demand(firm_id, matter_id, None::<i64>))
-        .get_result(conn)
+    let r = sql::demand(firm_id, matter_id, None)
+        .get_result::<Number>(conn)
         .await?;
-    r.ok_or_else(|| Error::internal("a demand without an event came back covered"))
+    r.number
+        .ok_or_else(|| Error::internal("a demand without an event came back covered"))
 }
 
 /// **demand** for an event recorded by transaction `xact` (the outbox row's `xact_id`).
@@ -90,9 +91,10 @@ pub async fn demand_for_event(
     matter_id: Uuid,
     xact: i64,
 ) -> Result<Option<i64>> {
-    Ok(diesel::select(sql::demand(firm_id, matter_id, Some(xact)))
-        .get_result(conn)
-        .await?)
+    let r = sql::demand(firm_id, matter_id, Some(xact))
+        .get_result::<Number>(conn)
+        .await?;
+    Ok(r.number)
 }
 
 /// **claim**: the seed's conditional upsert. `Some(claim)` is the winner's token; `None`
@@ -108,7 +110,7 @@ async fn claim_as(
     req: &ClaimRequest,
     run_id: Uuid,
 ) -> Result<Option<Claim>> {
-    let token: Option<i64> = diesel::select(sql::claim(
+    let token = sql::claim(
         req.firm_id,
         req.matter_id,
         req.lease.as_secs_f64(),
@@ -118,10 +120,10 @@ async fn claim_as(
         &req.event_ids,
         req.kind.only_unserved(),
         i32::try_from(req.max_attempts).unwrap_or(i32::MAX),
-    ))
-    .get_result(conn)
+    )
+    .get_result::<Number>(conn)
     .await?;
-    Ok(token.map(|token| Claim {
+    Ok(token.number.map(|token| Claim {
         firm_id: req.firm_id,
         matter_id: req.matter_id,
         token,
@@ -136,9 +138,10 @@ pub async fn record_lost_claim(
     firm_id: Uuid,
     matter_id: Uuid,
 ) -> Result<Option<i64>> {
-    Ok(diesel::select(sql::record_lost_claim(firm_id, matter_id))
-        .get_result(conn)
-        .await?)
+    let r = sql::record_lost_claim(firm_id, matter_id)
+        .get_result::<Number>(conn)
+        .await?;
+    Ok(r.number)
 }
 
 /// The result of [`claim_or_record`].
@@ -257,7 +260,7 @@ async fn claim_batch_as(
             format!("{{{}}}", ids.join(","))
         })
         .collect();
-    let tokens: Vec<Option<i64>> = diesel::select(sql::claim_batch(
+    let tokens = sql::claim_batch(
         reqs.iter().map(|r| r.firm_id).collect::<Vec<_>>(),
         reqs.iter().map(|r| r.matter_id).collect::<Vec<_>>(),
         reqs.iter()
@@ -268,16 +271,17 @@ async fn claim_batch_as(
         reqs.iter()
             .map(|r| r.trace_id.as_deref())
             .collect::<Vec<_>>(),
-        &event_ids,
+        event_ids,
         reqs.iter()
             .map(|r| r.kind.only_unserved())
             .collect::<Vec<_>>(),
         reqs.iter()
             .map(|r| i32::try_from(r.max_attempts).unwrap_or(i32::MAX))
             .collect::<Vec<_>>(),
-    ))
-    .get_result(conn)
-    .await?;
+    )
+    .get_result::<Numbers>(conn)
+    .await?
+    .numbers;
     if tokens.len() != reqs.len() {
         return Err(Error::internal(format!(
             "ops.claim_batch answered {} of {} claims",
@@ -368,15 +372,19 @@ async fn claims_held(
 
 /// **heartbeat**: renew the lease, fenced by token. `Err(Fenced)`: stop building now.
 pub async fn heartbeat(conn: &mut AsyncPgConnection, claim: &Claim) -> Result<()> {
-    let current: bool = diesel::select(sql::heartbeat(
-        claim.firm_id,
-        claim.matter_id,
-        claim.token,
-        claim.run_id,
-    ))
-    .get_result(conn)
-    .await?;
-    if current { Ok(()) } else { Err(claim.fenced()) }
+    let current = sql::heartbeat(claim.firm_id, claim.matter_id, claim.token, claim.run_id)
+        .get_result::<Flag>(conn)
+        .await?;
+    still_current(current, claim)
+}
+
+/// A fenced statement's answer: the claim was current (done), or a newer one holds the row.
+fn still_current(current: Flag, claim: &Claim) -> Result<()> {
+    if current.flag {
+        Ok(())
+    } else {
+        Err(claim.fenced())
+    }
 }
 
 /// **fail**: the build ended without a frame. Fenced by token; sets the backoff; the run is
@@ -389,7 +397,7 @@ pub async fn fail(
     permanent: bool,
     policy: &RetryPolicy,
 ) -> Result<()> {
-    let current: bool = diesel::select(sql::fail_claim(
+    let current = sql::fail_claim(
         claim.firm_id,
         claim.matter_id,
         claim.token,
@@ -399,33 +407,34 @@ pub async fn fail(
         policy.max_attempts.min(i32::MAX as u32) as i32,
         policy.backoff_base.as_secs_f64(),
         policy.backoff_max.as_secs_f64(),
-    ))
-    .get_result(conn)
+    )
+    .get_result::<Flag>(conn)
     .await?;
-    if current { Ok(()) } else { Err(claim.fenced()) }
+    still_current(current, claim)
 }
 
 /// **release**: a node shutting down hands its claim back, fenced by token, so another node
 /// can take the matter at once. Not counted as a failure.
 pub async fn release(conn: &mut AsyncPgConnection, claim: &Claim, reason: &str) -> Result<()> {
-    let current: bool = diesel::select(sql::release_claim(
+    let current = sql::release_claim(
         claim.firm_id,
         claim.matter_id,
         claim.token,
         claim.run_id,
         bounded(reason),
-    ))
-    .get_result(conn)
+    )
+    .get_result::<Flag>(conn)
     .await?;
-    if current { Ok(()) } else { Err(claim.fenced()) }
+    still_current(current, claim)
 }
 
 /// Records a run as `fenced` (its commit or heartbeat was refused). Returns whether the run
 /// was still open.
 pub async fn record_fenced(conn: &mut AsyncPgConnection, run_id: Uuid, why: &str) -> Result<bool> {
-    Ok(diesel::select(sql::record_fenced(run_id, bounded(why)))
-        .get_result(conn)
-        .await?)
+    let open = sql::record_fenced(run_id, bounded(why))
+        .get_result::<Flag>(conn)
+        .await?;
+    Ok(open.flag)
 }
 
 /// A matter whose claim the sweep failed, or that reconcile found unserved.
@@ -451,8 +460,7 @@ struct SweptRow {
 /// row: this node's `lease.seconds` plays no part), at most `limit`, closing its run as
 /// `lease_expired`. Returns the matters and the tokens that were swept, to nudge.
 pub async fn sweep(conn: &mut AsyncPgConnection, limit: u32) -> Result<Vec<(MatterRef, i64)>> {
-    let rows: Vec<SweptRow> = prepared("SELECT firm_id, matter_id, token FROM ops.sweep($1)")
-        .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
+    let rows: Vec<SweptRow> = sql::sweep(limit.min(i32::MAX as u32) as i32)
         .load(conn)
         .await?;
     Ok(rows
@@ -477,12 +485,11 @@ pub async fn unserved(
     limit: u32,
     quiet: Duration,
 ) -> Result<Vec<MatterRef>> {
-    Ok(
-        diesel::sql_query("SELECT firm_id, matter_id FROM ops.unserved($1, $2, $3)")
-            .bind::<Integer, _>(max_attempts.min(i32::MAX as u32) as i32)
-            .bind::<Integer, _>(limit.min(i32::MAX as u32) as i32)
-            .bind::<Double, _>(quiet.as_secs_f64())
-            .load(conn)
-            .await?,
+    Ok(sql::unserved(
+        max_attempts.min(i32::MAX as u32) as i32,
+        limit.min(i32::MAX as u32) as i32,
+        quiet.as_secs_f64(),
     )
+    .load(conn)
+    .await?)
 }
