@@ -1,7 +1,7 @@
 //! The transitions of the protocol (`docs/protocol.md`), one SQL statement each.
 //!
 //! Each statement is a SQL function of the same name (its text as it runs:
-//! `src/ledger/live/<name>.sql`), called through its builder in [`super::sql`] (prepared once per
+//! `src/ledger/live/<name>.sql`), called through its builder in `ledger::sql` (prepared once per
 //! session); this module and [`super::commit`] are their only callers, `docs/protocol.md`
 //! describes each, and `tests/model/ledger.rs` mirrors each statement in the
 //! model check. Each reads time only through the ledger clock (`ops.now()`, `ops.clock()`:
