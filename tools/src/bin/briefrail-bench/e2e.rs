@@ -93,7 +93,7 @@ pub fn binary() -> R<PathBuf> {
 }
 
 /// A fresh database for one run, migrated.
-async fn fresh(server: &str, name: &str) -> R<(String, Pool)> {
+pub(super) async fn fresh(server: &str, name: &str) -> R<(String, Pool)> {
     let url = admin::with_database(server, name)?;
     admin::drop_database(server, name).await?;
     admin::create_database_if_missing(&url).await?;
@@ -117,7 +117,7 @@ async fn trial_sql(pool: &Pool) -> R<()> {
 
 /// `n` matters of one firm (as if they had long been served), then one uploaded document each,
 /// through the library (one transaction and one outbox event per upload), 8 at a time.
-async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
+pub(super) async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
     let firm = Uuid::new_v4();
     exec(
         pool,
@@ -157,7 +157,7 @@ async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
     Ok((firm, ms))
 }
 
-async fn upload(
+pub(super) async fn upload(
     c: &mut diesel_async::AsyncPgConnection,
     firm: Uuid,
     matter: Uuid,
@@ -176,18 +176,32 @@ async fn upload(
     .await
 }
 
-struct NodeProc {
-    child: Child,
+pub(super) struct NodeProc {
+    pub(super) child: Child,
     log: PathBuf,
 }
 
 fn spawn(bin: &Path, url: &str, run: &Run, i: usize, dir: &Path, prefix: &str) -> R<NodeProc> {
+    spawn_with(bin, url, run, i, dir, prefix, &[])
+}
+
+/// [`spawn`] with more settings (`BRIEFRAIL__…` variables) than those it always sets.
+pub(super) fn spawn_with(
+    bin: &Path,
+    url: &str,
+    run: &Run,
+    i: usize,
+    dir: &Path,
+    prefix: &str,
+    settings: &[(&str, &str)],
+) -> R<NodeProc> {
     let log = dir.join(format!("node-{i}.log"));
     let out = std::fs::File::create(&log)?;
     let mut cmd = Command::new(bin);
     if let Some(lanes) = run.lanes {
         cmd.env("BRIEFRAIL__DATABASE__BATCH_LANES", lanes.to_string());
     }
+    cmd.envs(settings.iter().copied());
     let child = cmd
         .arg("run")
         .env("BRIEFRAIL__DATABASE__URL", url)

@@ -5,10 +5,12 @@
 //! `BRIEFRAIL_BENCH_RETENTION_ROWS`, default 10,000,000) and updates its entry in the file;
 //! `briefrail-bench e2e` only the end-to-end runs of the release binary ([`e2e`]; which runs:
 //! `BRIEFRAIL_BENCH_E2E`); `briefrail-bench fair` only the multi-firm fairness runs ([`fair`]);
-//! `briefrail-bench core` everything but retention.
+//! `briefrail-bench idle` only the idle latency on the user's path ([`idle`]); `briefrail-bench
+//! core` everything but retention.
 
 mod e2e;
 mod fair;
+mod idle;
 mod retention;
 
 use std::sync::Arc;
@@ -787,6 +789,12 @@ async fn main() -> R<()> {
             results.insert("fair_measured_at".into(), json!(chrono::Utc::now()));
             return write_results(results);
         }
+        Some("idle") => {
+            let mut results = earlier_results();
+            results.insert("idle_user_path".into(), idle::idle_section(&server).await?);
+            results.insert("idle_measured_at".into(), json!(chrono::Utc::now()));
+            return write_results(results);
+        }
         Some("e2e") => {
             let mut results = earlier_results();
             e2e_section(&server, &mut results).await?;
@@ -795,7 +803,7 @@ async fn main() -> R<()> {
         }
         Some(other) => {
             return Err(format!(
-                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e`, `fair`, `latency`, `scale`, `relay` or `retention`"
+                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e`, `fair`, `idle`, `latency`, `scale`, `relay` or `retention`"
             )
             .into());
         }
