@@ -220,11 +220,6 @@ struct N {
     n: i64,
 }
 
-/// How many dead letters are open (the overview's figure).
-pub async fn open_count(conn: &mut AsyncPgConnection) -> Result<i64> {
-    count(conn, &DeadFilter::default()).await
-}
-
 /// Control characters shown as `\u{..}`, so a hostile body cannot play with a terminal.
 fn printable(s: &str) -> String {
     s.chars()

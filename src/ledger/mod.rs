@@ -55,8 +55,14 @@ pub mod text;
 pub mod transitions;
 
 pub use crate::nudge::DemandClass;
-pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};
+pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, commits_in_batches};
+#[cfg(feature = "testing")]
+pub use commit::Landed;
 pub use event_name::EventName;
-pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
+#[cfg(feature = "testing")]
+pub use models::FrameRow;
+pub use models::{Claim, FrameMeta, JobRow, RunRow};
 pub use states::{ClaimKind, RunOutcome, RunStatus};
-pub use transitions::{ClaimOutcome, ClaimRequest, MatterRef, RetryPolicy};
+pub use transitions::MatterRef;
+#[cfg(feature = "testing")]
+pub use transitions::{ClaimOutcome, ClaimRequest, RetryPolicy};
