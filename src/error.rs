@@ -366,6 +366,7 @@ pub(crate) fn list_versions(versions: &[String]) -> String {
 
 /// `e` and every source under it, joined by `: `: how the edges (CLI, logs) report an error
 /// with its context.
+#[cfg(any(feature = "cli", feature = "testing"))]
 pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut next = e.source();

@@ -20,6 +20,7 @@ use super::inbox::{self, Applied, EventEnvelope};
 use super::text;
 use crate::error::{Error, Result};
 
+#[cfg(any(feature = "cli", feature = "http", feature = "testing"))]
 pub mod bulk;
 
 /// The most of a refused message's body the ledger keeps (a nudge is ~250 bytes).

@@ -36,6 +36,7 @@
 
 pub mod clock;
 pub mod commit;
+#[cfg(any(feature = "amqp", feature = "cli", feature = "http", feature = "testing"))]
 pub mod dead_letters;
 pub mod event_name;
 pub mod facts;
@@ -48,6 +49,7 @@ pub mod outbox;
 pub mod presence;
 pub mod reads;
 pub mod retention;
+#[cfg(any(feature = "http", feature = "testing"))]
 pub mod sessions;
 mod sql;
 pub mod states;
