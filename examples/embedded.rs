@@ -14,12 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::{Settings, TransportKind};
-use briefrail::db::{self, admin};
-use briefrail::ledger::outbox::{NewEvent, record_event};
-use briefrail::ledger::{EventName, ExtraWrites, Frame, reads};
-use briefrail::node::Node;
+use briefrail::{
+    BuildContext, Builder, EventName, ExtraWrites, Frame, NewEvent, Node, SecretUrl, record_event,
+};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
@@ -61,10 +59,10 @@ async fn main() -> briefrail::Result<()> {
     // The application's settings for briefrail: its database, no broker (nudges ride on
     // Postgres LISTEN/NOTIFY), a short debounce.
     let mut settings = Settings::defaults();
-    let url = admin::with_database(settings.database.url.expose(), "briefrail_embedded")?;
-    admin::create_database_if_missing(&url).await?;
-    db::migrate::run_pending(&url).await?;
-    settings.database.url = briefrail::secret::SecretUrl::new(url.clone());
+    let url = briefrail::with_database(settings.database.url.expose(), "briefrail_embedded")?;
+    briefrail::create_database_if_missing(&url).await?;
+    briefrail::migrate(&url).await?;
+    settings.database.url = SecretUrl::new(url.clone());
     settings.transport.kind = TransportKind::Postgres;
     settings.trigger.debounce_ms = 50;
 
@@ -83,8 +81,7 @@ async fn main() -> briefrail::Result<()> {
     // The application's own transaction: its write and briefrail's outbox row commit together.
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     let mut conn = pool.get().await?;
-    briefrail::ledger::facts::create_matter(&mut conn, firm, matter, "Initech v. Chotchkie's")
-        .await?;
+    briefrail::create_matter(&mut conn, firm, matter, "Initech v. Chotchkie's").await?;
     let event = NewEvent::new(firm, matter, EventName::BRIEF_REQUESTED)?;
     conn.transaction(async move |tx| {
         tx.batch_execute(
@@ -103,7 +100,7 @@ async fn main() -> briefrail::Result<()> {
 
     // Wait until the frame (and, with it, the application's index row) has landed.
     for _ in 0..200 {
-        if let Some(job) = reads::job(&mut conn, firm, matter).await?
+        if let Some(job) = briefrail::job(&mut conn, firm, matter).await?
             && !job.unserved()
             && job.landed_generation > 0
         {

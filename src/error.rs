@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::config::ConfigError;
 use crate::secret::redact_urls;
 
+/// briefrail's result: an [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Any error, boxed: the source of an [`Error::Internal`].
@@ -44,6 +45,8 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// Every failure briefrail reports, typed so a caller can act on it ([`Error::kind`]): retry,
+/// give up, or stop a fenced build.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The token is no longer the row's current claim: another build superseded this one.
@@ -52,8 +55,11 @@ pub enum Error {
         "fenced: token {token} is not the current claim of matter {matter_id} (firm {firm_id})"
     )]
     Fenced {
+        /// The firm the matter belongs to.
         firm_id: Uuid,
+        /// The matter whose claim moved on.
         matter_id: Uuid,
+        /// The stale token.
         token: i64,
     },
 
@@ -79,10 +85,13 @@ pub enum Error {
         crate::error::list_versions(pending)
     )]
     Unmigrated {
+        /// The database's name.
         database: String,
         /// `host:port` (several, comma-separated, when the URL lists several).
         server: String,
+        /// The user it connected as.
         user: String,
+        /// The versions of this binary's migrations not applied.
         pending: Vec<String>,
     },
 
@@ -93,14 +102,21 @@ pub enum Error {
     /// Applying migrations failed, or some are pending.
     #[error("migrations: {what}")]
     Migration {
+        /// What failed.
         what: String,
+        /// The database's error, if there was one.
         #[source]
         source: Option<Redacted>,
     },
 
     /// An event name that is not a lowercase `noun.verb` fact.
     #[error("invalid event name {name:?}: {rule}")]
-    InvalidEventName { name: String, rule: &'static str },
+    InvalidEventName {
+        /// The name refused.
+        name: String,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
 
     /// Input refused before it reached the database (empty title, a malformed message...).
     #[error("invalid input: {0}")]
@@ -122,7 +138,12 @@ pub enum Error {
     /// A build failed; the message is recorded on the run. `permanent`: the builder says its
     /// input is bad (an input error); otherwise it is retried with backoff.
     #[error("build failed: {message}")]
-    Build { message: String, permanent: bool },
+    Build {
+        /// Why, as the builder said it.
+        message: String,
+        /// The input is bad: retrying cannot succeed.
+        permanent: bool,
+    },
 
     /// The builder is overloaded and asked the rail to wait `retry_after` (an HTTP 429 or 503
     /// with `Retry-After`, the command builder's exit code 75). Not a failure: the claim is
@@ -130,7 +151,9 @@ pub enum Error {
     /// (`crate::ledger::limits`). An embedder's builder returns it the same way.
     #[error("builder asked to wait {retry_after:?}: {message}")]
     Backpressure {
+        /// How long no build of any matter should start.
         retry_after: std::time::Duration,
+        /// What the builder said.
         message: String,
     },
 
@@ -141,18 +164,23 @@ pub enum Error {
     /// A fault of this process: `what` failed, with the underlying error when there is one.
     #[error("internal: {what}")]
     Internal {
+        /// What failed.
         what: String,
+        /// The underlying error, if there is one.
         #[source]
         source: Option<BoxError>,
     },
 
+    /// A setting is missing or out of range (its key and why).
     #[error(transparent)]
     Config(#[from] ConfigError),
 
     /// An operating-system call failed (`what` says which: a bind, a file, a process).
     #[error("{what}: {source}")]
     Io {
+        /// The call that failed.
         what: String,
+        /// What the operating system said.
         #[source]
         source: std::io::Error,
     },
@@ -212,6 +240,7 @@ impl Error {
         self.kind() == ErrorKind::Input
     }
 
+    /// The build was superseded: stop, write nothing more, do not retry.
     pub fn is_fenced(&self) -> bool {
         matches!(self, Error::Fenced { .. })
     }
@@ -337,6 +366,7 @@ pub(crate) fn list_versions(versions: &[String]) -> String {
 
 /// `e` and every source under it, joined by `: `: how the edges (CLI, logs) report an error
 /// with its context.
+#[cfg(any(feature = "cli", feature = "testing"))]
 pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut next = e.source();

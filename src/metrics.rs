@@ -147,9 +147,13 @@ impl FirmGauges {
 /// This node's metrics and the registry that renders them.
 #[derive(Debug)]
 pub struct Metrics {
+    /// What the node counts (builds, commits, fenced writes, events).
     pub counters: Counters,
+    /// How long builds take.
     pub build_seconds: Histogram,
+    /// The ledger's gauges, refreshed when `/metrics` is read.
     pub ledger: LedgerGauges,
+    /// Per-firm gauges.
     pub firms: FirmGauges,
     registry: Registry,
 }
@@ -193,6 +197,7 @@ impl Metrics {
         counter.inc();
     }
 
+    /// Records one build's duration.
     pub fn observe_build(&self, d: std::time::Duration) {
         self.build_seconds.observe(d.as_secs_f64());
     }

@@ -3,23 +3,11 @@
 //!
 //! A node owns its actors (supervisor, build runners, sweeper), its transport (the one its
 //! settings name, delivering nudges to the actors) and, when asked, its surfaces (the HTTP admin
-//! endpoint: `.surface(briefrail::surface::http::admin())`). It starts them in the order that
+//! endpoint: `.surface(briefrail::http_admin())`). It starts them in the order that
 //! loses nothing (actors before the transport that feeds them) and stops them in one shutdown:
 //! stop intake (the transport), drain in-flight builds for `shutdown.grace_seconds`, cancel the
 //! rest (their claims handed back by token), then stop the surfaces. A surface is anything that
 //! can be started from the node's context and stopped ([`Surface`]): the node knows no HTTP.
-//!
-//! ```no_run
-//! # async fn start(settings: std::sync::Arc<briefrail::config::Settings>) -> briefrail::Result<()> {
-//! use std::sync::Arc;
-//! use briefrail::builders::brief::BriefBuilder;
-//! use briefrail::node::Node;
-//!
-//! let node = Node::builder(settings, Arc::new(BriefBuilder)).start().await?;
-//! // ... the application runs; facts recorded through the outbox reach the Brief ...
-//! node.shutdown().await;
-//! # Ok(()) }
-//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +75,7 @@ impl NodeBuilder {
         self
     }
 
-    /// Also serve `surface` (e.g. `briefrail::surface::http::admin()`, the HTTP admin endpoint
+    /// Also serve `surface` (e.g. `briefrail::http_admin()`, the HTTP admin endpoint
     /// on `http.bind`).
     pub fn surface(mut self, start: StartSurface) -> Self {
         self.surfaces.push(start);
@@ -132,7 +120,24 @@ impl NodeBuilder {
     }
 }
 
-/// A running node. See the module documentation.
+/// A running node: its actors, its transport and its surfaces, started in the order that loses
+/// nothing (actors before the transport that feeds them) and stopped in one shutdown (stop
+/// intake, drain in-flight builds for `shutdown.grace_seconds`, cancel the rest, their claims
+/// handed back by token, then stop the surfaces).
+///
+/// ```no_run
+/// # async fn start(settings: std::sync::Arc<briefrail::config::Settings>) -> briefrail::Result<()> {
+/// use std::sync::Arc;
+/// use briefrail::{BriefBuilder, Node};
+///
+/// let node = Node::builder(settings, Arc::new(BriefBuilder))
+///     .surface(briefrail::http_admin())
+///     .start()
+///     .await?;
+/// // ... the application runs; facts recorded through the outbox reach the Brief ...
+/// node.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct Node {
     settings: Arc<Settings>,
     actors: Actors,
@@ -204,14 +209,17 @@ impl Node {
         &self.actors.context
     }
 
+    /// The metrics the node counts into (`/metrics` renders them).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.actors.context.metrics
     }
 
+    /// The node's pool: an embedder records facts through it.
     pub fn pool(&self) -> &Pool {
         &self.actors.context.pool
     }
 
+    /// This node's id in the ledger's runs and logs.
     pub fn node_id(&self) -> &str {
         &self.actors.context.node_id
     }

@@ -23,9 +23,11 @@ pub struct MatterKey {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct Nudge {
+    /// The matter to look at.
     pub key: MatterKey,
     /// The events this nudge stands for (recorded on the run that serves them).
     pub event_ids: Vec<Uuid>,
+    /// The W3C trace context of the fact, so the build joins its trace.
     pub traceparent: Option<String>,
     /// How long before the nudge was sent the ledger recorded the demand it stands for, by the
     /// ledger's clock (the statement that found the demand computed it); `None` when nobody

@@ -12,6 +12,7 @@ use serde::Deserialize;
 pub struct SecretUrl(String);
 
 impl SecretUrl {
+    /// Wraps a URL whose password must never reach a log line.
     pub fn new(url: impl Into<String>) -> Self {
         Self(url.into())
     }

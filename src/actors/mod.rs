@@ -26,7 +26,9 @@ pub mod supervisor;
 pub mod sweeper;
 pub mod system;
 
-pub use crate::nudge::{MatterKey, Nudge};
+#[cfg(feature = "testing")]
+pub use crate::nudge::MatterKey;
+pub use crate::nudge::Nudge;
 pub use retention::RetentionReport;
 pub use sweeper::SweepReport;
 pub use system::{ActorOptions, Actors, NodeContext};

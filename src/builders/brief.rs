@@ -16,6 +16,8 @@ use crate::ledger::models::{DocumentRow, MatterRow};
 const ASSERTS_SENTENCES: usize = 2;
 const ASSERTS_MAX_CHARS: usize = 400;
 
+/// The built-in builder (`builder.kind = "brief"`): a matter's Brief from its record, in
+/// process, with nothing to install.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BriefBuilder;
 

@@ -11,14 +11,20 @@ use crate::ledger::models::{DocumentRow, MatterRow};
 /// not write outside the fenced commit ([`crate::ledger::Frame::with_extra`]).
 #[derive(Clone)]
 pub struct BuildContext {
+    /// The firm the matter belongs to.
     pub firm_id: Uuid,
+    /// The matter being built.
     pub matter_id: Uuid,
     /// The fencing token this build carries.
     pub token: i64,
+    /// The run that records this attempt (its outcome, its timings).
     pub run_id: Uuid,
+    /// The W3C trace id of the fact that asked for this build, if it carried one: a builder
+    /// that calls out can pass it on.
     pub trace_id: Option<String>,
     /// Events (uploads, requests) this build serves, when known.
     pub event_ids: Vec<Uuid>,
+    /// The node's pool, for the builder's own reads (the record through [`BuildContext::record`]).
     pub pool: Pool,
 }
 

@@ -33,7 +33,32 @@ pub use crate::ledger::Frame;
 /// Builds the frame for `(firm, matter, token)`. Runs on an actor's thread: never block it;
 /// await instead. Return [`crate::Error::Build`] with `permanent: true` for input that will fail
 /// the same way every time (it is then not retried until a new demand).
+///
+/// An application's own builder, here a one-line summary of the record:
+///
+/// ```
+/// use briefrail::{BuildContext, Builder, Frame};
+/// use futures_util::FutureExt;
+/// use futures_util::future::LocalBoxFuture;
+///
+/// struct Summary;
+///
+/// impl Builder for Summary {
+///     fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, briefrail::Result<Frame>> {
+///         async move {
+///             let (matter, documents) = ctx.record().await?;
+///             let title = matter.map(|m| m.title).unwrap_or_default();
+///             let summary = format!("{title}: {} document(s)", documents.len());
+///             Ok(Frame::new(serde_json::json!({ "summary": summary })))
+///         }
+///         .boxed_local()
+///     }
+/// }
+/// ```
 pub trait Builder: Send + Sync + 'static {
+    /// Builds the matter's next frame. Return an error to fail the attempt (it is retried with
+    /// backoff unless the error is permanent); the frame lands only if the claim's token is still
+    /// current when it commits.
     fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, Result<Frame>>;
 }
 

@@ -6,19 +6,25 @@ use super::bounds::DAY_S;
 use super::{Bound, ConfigError, url_with_scheme};
 use crate::secret::SecretUrl;
 
+/// Which builder a node runs (`builder.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub enum BuilderKind {
+    /// The built-in Brief builder, in process.
     Brief,
+    /// An external program (`builder.command`), given the record on stdin.
     Command,
+    /// An HTTP endpoint (`builder.url`), given the record in a POST.
     Http,
 }
 
 config_names!(BuilderKind { Brief => "brief", Command => "command", Http => "http" });
 
+/// `[builder]`: what builds a matter's frame, and how long it may take.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuilderSettings {
+    /// Which builder.
     pub kind: BuilderKind,
     /// argv of the `command` builder.
     pub command: Vec<String>,
@@ -28,6 +34,8 @@ pub struct BuilderSettings {
     /// (an on-prem firm's own CA), besides the system's. Empty: the system's only.
     #[serde(default)]
     pub ca_file: String,
+    /// A build that takes longer is cancelled and retried: a hung builder cannot hold a claim
+    /// for ever.
     pub timeout_seconds: f64,
 }
 

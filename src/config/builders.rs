@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 use super::{Bound, ConfigError};
 
+/// `[builders]`: how many builds a node runs at once.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildersSettings {

@@ -6,11 +6,13 @@ use super::bounds::DAY_MS;
 use super::{Bound, ConfigError, url_with_scheme};
 use crate::secret::SecretUrl;
 
+/// `[database]`: the ledger's Postgres and the node's connections to it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// `postgres://user[:password]@host:port/db`; the password never reaches a log line.
     pub url: SecretUrl,
+    /// Connections the node keeps open, shared by its actors, transport and surfaces.
     pub pool_size: u32,
     /// `lock_timeout` on every connection: a stalled lock holder is cut off by Postgres.
     pub lock_timeout_ms: u64,

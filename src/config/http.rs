@@ -6,9 +6,11 @@ use serde::Deserialize;
 
 use super::{Bound, ConfigError};
 
+/// `[http]`: the admin endpoint (status, metrics, health, the console).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
+    /// The address it listens on (`host:port`; port 0 picks a free one).
     pub bind: String,
     /// Bearer token required by the API; mandatory when `bind` is not loopback. The console's
     /// login trades it for a session.

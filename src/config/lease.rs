@@ -7,6 +7,7 @@ use serde::Deserialize;
 use super::bounds::DAY_S;
 use super::{Bound, ConfigError, seconds};
 
+/// `[lease]`: how long a claim lives without a heartbeat, so a dead node's claims expire.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseSettings {

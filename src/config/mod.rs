@@ -130,25 +130,46 @@ fn url_with_scheme(
     Ok(url)
 }
 
+/// Every setting of a node, layered (built-in defaults, a TOML file, `BRIEFRAIL__SECTION__KEY`
+/// environment variables) and validated once at start, so a running node never meets a bad
+/// value. Each field is one section of `config/default.toml`, documented in
+/// `docs/configuration.md`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
+    /// `[database]`: the ledger.
     pub database: DatabaseSettings,
+    /// `[lease]`: how long a claim lives without a heartbeat.
     pub lease: LeaseSettings,
+    /// `[sweeper]`: expired claims and unserved demand.
     pub sweeper: SweeperSettings,
+    /// `[retention]`: what is removed once no guarantee needs it.
     pub retention: RetentionSettings,
+    /// `[retry]`: failed builds' attempts and backoff.
     pub retry: RetrySettings,
+    /// `[trigger]`: how demands are coalesced before a claim.
     pub trigger: TriggerSettings,
+    /// `[fairness]`: how firms share the builders.
     pub fairness: FairnessSettings,
+    /// `[builders]`: how many builds run at once.
     pub builders: BuildersSettings,
+    /// `[builder]`: what builds a frame.
     pub builder: BuilderSettings,
+    /// `[transport]`: how events reach the nodes.
     pub transport: TransportSettings,
+    /// `[relay]`: the outbox's relay to the broker.
     pub relay: RelaySettings,
+    /// `[reconcile]`: events the transport lost, found again.
     pub reconcile: ReconcileSettings,
+    /// `[node]`: this node's identity.
     pub node: NodeSettings,
+    /// `[http]`: the admin endpoint.
     pub http: HttpSettings,
+    /// `[shutdown]`: how long builds may drain.
     pub shutdown: ShutdownSettings,
+    /// `[log]`: the logs.
     pub log: LogSettings,
+    /// `[otel]`: traces exported over OTLP.
     pub otel: OtelSettings,
 }
 

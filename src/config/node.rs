@@ -5,6 +5,7 @@ use serde::Deserialize;
 use super::bounds::DAY_S;
 use super::{Bound, ConfigError, Settings};
 
+/// `[node]`: this node's identity in the ledger's runs and logs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSettings {

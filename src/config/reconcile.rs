@@ -5,9 +5,11 @@ use serde::Deserialize;
 use super::Bound;
 use super::bounds::DAY_S;
 
+/// `[reconcile]`: finds events that were recorded but never consumed (a lost message).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileSettings {
+    /// How old an unconsumed event must be before it is delivered again.
     pub after_seconds: f64,
 }
 

@@ -5,10 +5,13 @@ use serde::Deserialize;
 use super::Bound;
 use super::bounds::DAY_MS;
 
+/// `[relay]`: how the outbox is published to RabbitMQ.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelaySettings {
+    /// How often the relay looks for unpublished events when no notification woke it.
     pub poll_ms: u64,
+    /// Events published per round.
     pub batch: u32,
 }
 

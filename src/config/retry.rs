@@ -5,11 +5,16 @@ use serde::Deserialize;
 use super::bounds::DAY_S;
 use super::{Bound, ConfigError};
 
+/// `[retry]`: how a failed build is retried, so a flaky builder recovers and a broken one
+/// stops.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetrySettings {
+    /// Attempts before the matter is left failed until a new demand.
     pub max_attempts: u32,
+    /// The first backoff; it doubles with each failure.
     pub backoff_base_seconds: f64,
+    /// The longest backoff.
     pub backoff_max_seconds: f64,
 }
 

@@ -5,9 +5,11 @@ use serde::Deserialize;
 use super::Bound;
 use super::bounds::DAY_S;
 
+/// `[shutdown]`: how a node stops.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShutdownSettings {
+    /// How long in-flight builds may finish before they are cancelled.
     pub grace_seconds: f64,
 }
 

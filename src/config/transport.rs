@@ -5,19 +5,25 @@ use serde::Deserialize;
 use super::{ConfigError, url_with_scheme};
 use crate::secret::SecretUrl;
 
+/// How events reach the nodes (`transport.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub enum TransportKind {
+    /// RabbitMQ: a relay publishes the outbox, nodes consume the trigger queue.
     Amqp,
+    /// Postgres LISTEN/NOTIFY: no broker to run.
     Postgres,
 }
 
 config_names!(TransportKind { Amqp => "amqp", Postgres => "postgres" });
 
+/// `[transport]`: how events reach the nodes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransportSettings {
+    /// RabbitMQ or Postgres.
     pub kind: TransportKind,
+    /// The broker, for `amqp`; its password never reaches a log line.
     pub amqp_url: SecretUrl,
     /// Prefix of every exchange and queue name, so installations and tests do not collide.
     pub prefix: String,

@@ -7,11 +7,15 @@ use serde::Deserialize;
 use super::bounds::{DAY_MS, DAY_S};
 use super::{Bound, ConfigError, seconds};
 
+/// `[trigger]`: how a matter's demands are coalesced, so a burst of facts costs one build.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TriggerSettings {
+    /// Quiet time after a demand before the claim.
     pub debounce_ms: u64,
+    /// The longest a demand waits while demands keep arriving.
     pub max_wait_ms: u64,
+    /// An idle matter's actor stops after this long, freeing its memory.
     pub idle_seconds: f64,
 }
 

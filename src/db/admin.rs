@@ -79,6 +79,7 @@ pub async fn create_database_if_missing(url: &str) -> Result<bool> {
 }
 
 /// Creates database `name` as a copy of `template` on the server of `url`.
+#[cfg(feature = "testing")]
 pub async fn create_from_template(url: &str, name: &str, template: &str) -> Result<()> {
     let (_, admin_url) = split_url(url)?;
     let mut conn = admin_conn(&admin_url).await?;

@@ -15,7 +15,7 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// Applies every pending migration to the database at `url`. Idempotent. Returns the versions
 /// it applied: the baseline among them when it adopted a database the pre-release migrations
-/// built ([`crate::db::baseline`]).
+/// built (`db::baseline`).
 pub async fn run_pending(url: &str) -> Result<Vec<String>> {
     on_migration_thread(url, |conn| {
         let mut applied = Vec::new();

@@ -34,7 +34,10 @@ use crate::config::DatabaseSettings;
 use crate::error::{Error, Redacted, Result};
 use crate::secret::{SecretUrl, redact_urls};
 
+/// The node's connection pool: every connection has the session timeouts of
+/// [`PoolOptions`].
 pub type Pool = bb8::Pool<Manager>;
+/// A connection checked out of a [`Pool`]; it goes back when dropped.
 pub type Conn<'a> = bb8::PooledConnection<'a, Manager>;
 
 /// diesel-async's bb8 manager, with a checkout check that costs no round trip: a connection
@@ -68,9 +71,13 @@ impl bb8::ManageConnection for Manager {
 /// How to build a [`Pool`]; [`PoolOptions::from`] a [`DatabaseSettings`].
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
+    /// The database.
     pub url: SecretUrl,
+    /// The most connections open at once.
     pub size: u32,
+    /// `lock_timeout` of every connection: a stalled lock holder is cut off by Postgres.
     pub lock_timeout: Duration,
+    /// `idle_in_transaction_timeout` of every connection: a transaction left open is ended.
     pub idle_in_transaction_timeout: Duration,
     /// How long a checkout waits for a free connection before failing.
     pub connection_timeout: Duration,
@@ -89,12 +96,14 @@ impl From<&DatabaseSettings> for PoolOptions {
 }
 
 impl PoolOptions {
+    /// The defaults of `[database]`, for the database at `url`.
     pub fn new(url: impl Into<String>) -> Self {
         let mut o = Self::from(&crate::config::Settings::defaults().database);
         o.url = SecretUrl::new(url);
         o
     }
 
+    /// At most `size` connections.
     pub fn size(mut self, size: u32) -> Self {
         self.size = size;
         self
@@ -169,7 +178,7 @@ pub fn timed_out() -> String {
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for Error {
     /// A timed-out checkout names the last connection error as its cause
-    /// ([`timed_out`]); it lives here, beside the cause it names, so the
+    /// (`timed_out`); it lives here, beside the cause it names, so the
     /// error type needs nothing of the pool.
     fn from(e: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
         match e {

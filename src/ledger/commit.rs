@@ -48,9 +48,12 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// A frame with this body.
     pub fn new(body: serde_json::Value) -> Self {
         Self { body, extra: None }
     }
+    /// Adds the application's own writes, run inside the fenced commit: they land only if the
+    /// token is current, in the frame's transaction.
     pub fn with_extra(mut self, extra: ExtraWrites) -> Self {
         self.extra = Some(extra);
         self
@@ -431,6 +434,7 @@ pub const FRAME_REFUSED_HINT: &str = "briefrail: frame refused";
 
 /// **commit** in one attempt (see [`Commit::attempt`]); a caller that retries keeps a
 /// [`Commit`] instead, so a retry can settle an earlier attempt.
+#[cfg(feature = "testing")]
 pub async fn commit(pool: &Pool, claim: &Claim, node_id: &str, frame: &Frame) -> Result<Landed> {
     Commit::new(*claim, node_id).attempt(pool, frame).await
 }

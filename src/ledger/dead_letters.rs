@@ -20,6 +20,7 @@ use super::inbox::{self, Applied, EventEnvelope};
 use super::text;
 use crate::error::{Error, Result};
 
+#[cfg(any(feature = "cli", feature = "http", feature = "testing"))]
 pub mod bulk;
 
 /// The most of a refused message's body the ledger keeps (a nudge is ~250 bytes).
@@ -218,11 +219,6 @@ pub async fn count(conn: &mut AsyncPgConnection, f: &DeadFilter) -> Result<i64> 
 struct N {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     n: i64,
-}
-
-/// How many dead letters are open (the overview's figure).
-pub async fn open_count(conn: &mut AsyncPgConnection) -> Result<i64> {
-    count(conn, &DeadFilter::default()).await
 }
 
 /// Control characters shown as `\u{..}`, so a hostile body cannot play with a terminal.

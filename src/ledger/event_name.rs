@@ -15,11 +15,16 @@ pub const RULE: &str =
 pub struct EventName(String);
 
 impl EventName {
+    /// A matter was created.
     pub const MATTER_CREATED: &'static str = "matter.created";
+    /// A document was added to a matter.
     pub const DOCUMENT_UPLOADED: &'static str = "document.uploaded";
+    /// Someone asked for a fresh Brief.
     pub const BRIEF_REQUESTED: &'static str = "brief.requested";
+    /// A matter was archived: it is no longer built.
     pub const MATTER_ARCHIVED: &'static str = "matter.archived";
 
+    /// Checks that `name` is a lowercase `noun.verb` fact.
     pub fn parse(name: &str) -> Result<Self, Error> {
         let invalid = || Error::InvalidEventName {
             name: name.to_owned(),
@@ -34,6 +39,7 @@ impl EventName {
         }
     }
 
+    /// The name as recorded.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -17,12 +17,17 @@ use crate::schema::record;
 /// A document as uploaded.
 #[derive(Debug, Clone)]
 pub struct NewDocument {
+    /// The document's id, chosen by the caller so a retry cannot add it twice.
     pub document_id: Uuid,
+    /// The firm the matter belongs to.
     pub firm_id: Uuid,
+    /// The matter the document belongs to.
     pub matter_id: Uuid,
+    /// Its title, shown in the Brief.
     pub title: String,
     /// The date the document bears (not when it was uploaded): the Brief's chronology.
     pub dated: Option<NaiveDate>,
+    /// Its text.
     pub body: String,
 }
 

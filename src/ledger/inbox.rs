@@ -18,6 +18,7 @@ use super::event_name::EventName;
 use super::models::OutboxRow;
 use super::{outbox, retention};
 use crate::error::Result;
+#[cfg(feature = "testing")]
 use crate::schema::ops;
 
 pub use super::models::BRIEF_RAIL;
@@ -103,6 +104,7 @@ pub enum Applied {
 }
 
 /// Whether the Brief rail hears `event_name`.
+#[cfg(feature = "testing")]
 pub fn hears(event_name: &str) -> bool {
     HEARD.contains(&event_name)
 }
@@ -153,6 +155,7 @@ fn disagreement(wire: &EventEnvelope, row: &OutboxRow) -> Option<String> {
 }
 
 /// The trigger for a message from the wire, in one transaction: [`apply_batch`] of one.
+#[cfg(feature = "testing")]
 pub async fn apply(
     conn: &mut AsyncPgConnection,
     consumer: &str,
@@ -242,6 +245,7 @@ pub async fn apply_batch(
 
 /// The trigger for an event read from the ledger itself (the embedded transport, or [`apply`]
 /// after its check): [`apply_rows`] of one. Call inside a transaction.
+#[cfg(feature = "testing")]
 pub async fn apply_row(
     tx: &mut AsyncPgConnection,
     consumer: &str,
@@ -307,6 +311,7 @@ pub struct Drained {
     pub traceparent: Option<String>,
     #[diesel(sql_type = diesel::sql_types::Text)]
     pub outcome: String,
+    #[cfg(feature = "testing")]
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
     pub requested_generation: Option<i64>,
     /// Seconds, by the ledger's clock, from the event's recording to this batch.
@@ -361,6 +366,7 @@ fn applied_from(row: &OutboxRow, a: &AppliedEvent) -> Result<Applied> {
 }
 
 /// Whether `consumer` has consumed `event_id` (reconciliation asks this).
+#[cfg(feature = "testing")]
 pub async fn consumed(
     conn: &mut AsyncPgConnection,
     consumer: &str,

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::models::BRIEF_RAIL;
 use crate::error::{Error, Result};
 
+#[cfg(any(feature = "cli", feature = "http", feature = "testing"))]
 pub mod bulk;
 
 /// A matter's state as an operator reads it.

@@ -36,6 +36,7 @@
 
 pub mod clock;
 pub mod commit;
+#[cfg(any(feature = "amqp", feature = "cli", feature = "http", feature = "testing"))]
 pub mod dead_letters;
 pub mod event_name;
 pub mod facts;
@@ -48,6 +49,7 @@ pub mod outbox;
 pub mod presence;
 pub mod reads;
 pub mod retention;
+#[cfg(any(feature = "http", feature = "testing"))]
 pub mod sessions;
 mod sql;
 pub mod states;
@@ -55,8 +57,14 @@ pub mod text;
 pub mod transitions;
 
 pub use crate::nudge::DemandClass;
-pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, Landed, commits_in_batches};
+pub use commit::{Commit, CommitQueue, ExtraWrites, Frame, commits_in_batches};
+#[cfg(feature = "testing")]
+pub use commit::Landed;
 pub use event_name::EventName;
-pub use models::{Claim, FrameMeta, FrameRow, JobRow, RunRow};
+#[cfg(feature = "testing")]
+pub use models::FrameRow;
+pub use models::{Claim, FrameMeta, JobRow, RunRow};
 pub use states::{ClaimKind, RunOutcome, RunStatus};
-pub use transitions::{ClaimOutcome, ClaimRequest, MatterRef, RetryPolicy};
+pub use transitions::MatterRef;
+#[cfg(feature = "testing")]
+pub use transitions::{ClaimOutcome, ClaimRequest, RetryPolicy};

@@ -15,10 +15,13 @@ pub const BRIEF_RAIL: &str = "brief-rail";
 /// Every write made on behalf of the build carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Claim {
+    /// The firm the matter belongs to.
     pub firm_id: Uuid,
+    /// The claimed matter.
     pub matter_id: Uuid,
     /// The fencing token: the row's `claimed_generation` when this claim was taken.
     pub token: i64,
+    /// The run recording this attempt.
     pub run_id: Uuid,
 }
 
@@ -37,17 +40,30 @@ impl Claim {
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Serialize)]
 #[diesel(table_name = ops::matter_frame_jobs, check_for_backend(diesel::pg::Pg))]
 pub struct JobRow {
+    /// The firm the matter belongs to.
     pub firm_id: Uuid,
+    /// The matter.
     pub matter_id: Uuid,
+    /// Whether a build holds the matter, and how the last one ended.
     pub run_status: RunStatus,
+    /// A demand arrived during the build: it re-claims when it commits.
     pub rebuild_needed: bool,
+    /// Raised by each demand: the generation the matter owes.
     pub requested_generation: i64,
+    /// The latest fencing token handed out.
     pub claimed_generation: i64,
+    /// When the current claim was taken, by the database's clock.
     pub claimed_at: Option<DateTime<Utc>>,
+    /// The token of the frame that landed last; below `requested_generation`, demand is
+    /// unserved.
     pub landed_generation: i64,
+    /// Failures since the last success: the backoff's exponent.
     pub consecutive_failures: i32,
+    /// No claim before this (backoff, or a builder that asked to wait).
     pub not_before: Option<DateTime<Utc>>,
+    /// When the row last changed, by the database's clock.
     pub updated_at: DateTime<Utc>,
+    /// The snapshot the current claim was taken at, for the build's reads.
     pub claimed_snapshot: Option<String>,
     /// With `claimed_generation`, the identity of the current (or last) claim: its run id.
     pub claimed_run_id: Option<Uuid>,

@@ -9,6 +9,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+#[cfg(feature = "testing")]
 use super::clock::ledger_now;
 use super::event_name::EventName;
 use crate::error::Result;
@@ -19,9 +20,13 @@ use crate::trace::Traceparent;
 /// An event about to be recorded.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
+    /// The event's id, chosen here so a consumer can deduplicate redeliveries.
     pub event_id: Uuid,
+    /// The firm the matter belongs to.
     pub firm_id: Uuid,
+    /// The matter the fact is about.
     pub matter_id: Uuid,
+    /// The fact's name (`noun.verb`).
     pub event_name: EventName,
     /// IDs only (e.g. `{"document_id": ...}`), never document content.
     pub payload: serde_json::Value,
@@ -46,11 +51,14 @@ impl NewEvent {
         })
     }
 
+    /// Adds the fact's payload (what a builder or an audit wants to know about it).
     pub fn payload(mut self, payload: serde_json::Value) -> Self {
         self.payload = payload;
         self
     }
 
+    /// Carries the caller's W3C trace context, so the build that serves the fact joins its
+    /// trace.
     pub fn traceparent(mut self, tp: Option<Traceparent>) -> Self {
         self.traceparent = tp;
         self
@@ -64,8 +72,25 @@ impl NewEvent {
     }
 }
 
-/// Inserts the event row. Call it inside the transaction that writes the fact. Returns the
-/// event id.
+/// Inserts the event row. Call it inside the transaction that writes the fact: the event
+/// commits with the application's write or not at all, so no fact goes unserved and no event
+/// announces a fact that rolled back. Returns the event id.
+///
+/// ```no_run
+/// use briefrail::{EventName, NewEvent, record_event};
+/// use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+///
+/// # async fn ask(conn: &mut AsyncPgConnection, firm: uuid::Uuid, matter: uuid::Uuid) -> briefrail::Result<()> {
+/// let event = NewEvent::new(firm, matter, EventName::BRIEF_REQUESTED)?;
+/// conn.transaction(async move |tx| {
+///     tx.batch_execute("INSERT INTO app_audit (what) VALUES ('counsel asked for a Brief')")
+///         .await?;
+///     record_event(tx, &event).await?;
+///     Ok::<_, briefrail::Error>(())
+/// })
+/// .await?;
+/// # Ok(()) }
+/// ```
 pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Result<Uuid> {
     use ops::domain_event_outbox::dsl as o;
     let row = (
@@ -130,6 +155,7 @@ pub async fn record_events(conn: &mut AsyncPgConnection, events: &[NewEvent]) ->
 /// Reading "everything after the last sequence I saw" would lose an event whose transaction
 /// took an earlier sequence value but committed later; selecting by `published_at IS NULL`
 /// cannot.
+#[cfg(feature = "testing")]
 pub async fn lock_unpublished(
     conn: &mut AsyncPgConnection,
     limit: i64,
@@ -365,6 +391,7 @@ pub async fn republish_stranded(
 
 /// The outbox rows of `event_ids` the ledger recorded (any order; an id it did not record has
 /// no row), read `FOR KEY SHARE` like [`event`]: what a batch of nudges is checked against.
+#[cfg(feature = "testing")]
 pub async fn events(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
@@ -410,6 +437,7 @@ pub fn seconds_ago(s: f64) -> std::time::Duration {
 /// trigger's transaction uses it, and a row retention is removing is waited for and then
 /// missing, so a late duplicate never finds the event without its inbox row. The relay's
 /// updates (no key change) do not conflict with it.
+#[cfg(feature = "testing")]
 pub async fn event(
     conn: &mut AsyncPgConnection,
     event_id: Uuid,

@@ -11,6 +11,7 @@ use super::states::RunOutcome;
 use crate::error::Result;
 use crate::schema::ops;
 
+/// The matter's job row (its demand, its claim, its last landed token), if it has one.
 pub async fn job(
     conn: &mut AsyncPgConnection,
     firm_id: Uuid,
@@ -42,6 +43,7 @@ pub async fn runs(
         .await?)
 }
 
+#[cfg(feature = "testing")]
 pub async fn run(conn: &mut AsyncPgConnection, run_id: Uuid) -> Result<Option<RunRow>> {
     use ops::matter_frame_runs::dsl as r;
     Ok(r::matter_frame_runs
@@ -140,13 +142,17 @@ pub async fn frames(
 /// One matter as an operator sees it.
 #[derive(Debug, Clone, Serialize)]
 pub struct MatterStatus {
+    /// The matter's job row, if any.
     pub job: Option<JobRow>,
     /// `landed_generation < requested_generation`.
     pub unserved: bool,
+    /// The latest runs, newest first.
     pub runs: Vec<RunRow>,
+    /// The latest frame's metadata, if one landed.
     pub latest_frame: Option<FrameMeta>,
 }
 
+/// What an operator asks about a matter: its job, its latest runs and frame.
 pub async fn status(
     conn: &mut AsyncPgConnection,
     firm_id: Uuid,
@@ -237,23 +243,6 @@ pub async fn gauges(conn: &mut AsyncPgConnection) -> Result<LedgerGauges> {
     .bind::<diesel::sql_types::Double, _>(super::outbox::RECONCILE_WINDOW.as_secs_f64())
     .get_result(conn)
     .await?)
-}
-
-/// Matters with unserved demand, oldest first (the status page). Archived matters are not
-/// rebuilt, so their old demand is not listed.
-pub async fn unserved_jobs(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<JobRow>> {
-    use ops::matter_frame_jobs::dsl as j;
-    Ok(j::matter_frame_jobs
-        .filter(j::landed_generation.lt(j::requested_generation))
-        .filter(diesel::dsl::not(super::facts::is_archived_sql(
-            j::firm_id,
-            j::matter_id,
-        )))
-        .order(j::updated_at.asc())
-        .limit(limit)
-        .select(JobRow::as_select())
-        .load(conn)
-        .await?)
 }
 
 /// Recent runs with one of `outcomes`, newest first (the status page).

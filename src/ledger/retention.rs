@@ -108,6 +108,7 @@ pub async fn prune_frames(
 }
 
 /// The oldest rows retention keeps: what an operator checks against the policy.
+#[cfg(feature = "testing")]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, diesel::QueryableByName)]
 pub struct OldestKept {
     /// The oldest outbox row's fact (by sequence: an index read, never a scan).
@@ -122,12 +123,14 @@ pub struct OldestKept {
 }
 
 /// The statement of [`oldest_kept`]: index reads only (a test EXPLAINs it at a million rows).
+#[cfg(feature = "testing")]
 pub const OLDEST_KEPT: &str =
     "SELECT (SELECT created_at FROM ops.domain_event_outbox ORDER BY seq LIMIT 1) AS event,
             (SELECT started_at FROM ops.matter_frame_runs ORDER BY started_at LIMIT 1) AS run,
             (SELECT events_removed_through FROM ops.retention_horizon) AS events_removed_through";
 
 /// [`OldestKept`], in one statement of index reads.
+#[cfg(feature = "testing")]
 pub async fn oldest_kept(conn: &mut AsyncPgConnection) -> Result<OldestKept> {
     Ok(diesel::sql_query(OLDEST_KEPT).get_result(conn).await?)
 }

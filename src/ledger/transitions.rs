@@ -20,7 +20,9 @@ use diesel::sql_types::{BigInt, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-pub use super::commit::{Commit, ExtraWrites, Frame, Landed, commit, settle};
+pub use super::commit::Landed;
+#[cfg(feature = "testing")]
+pub use super::commit::{Commit, ExtraWrites, Frame, commit, settle};
 use super::models::Claim;
 use super::sql::{self, Flag, Number, Numbers, bounded};
 use super::states::{ClaimKind, RunStatus};
@@ -85,6 +87,7 @@ pub async fn demand(conn: &mut AsyncPgConnection, firm_id: Uuid, matter_id: Uuid
 /// `None`: the running claim's build, or the build that landed last, was claimed after that
 /// transaction committed, so it reads the fact already: the demand is covered and changes
 /// nothing.
+#[cfg(feature = "testing")]
 pub async fn demand_for_event(
     conn: &mut AsyncPgConnection,
     firm_id: Uuid,
@@ -164,6 +167,7 @@ pub enum ClaimOutcome {
 /// **claim**, then the **lost-claim loop**: claim; if a build is running, record the demand on
 /// it; if that finds the build finished in between, claim again. Every call either wins or
 /// leaves its demand on the row: none is dropped in the window between the two statements.
+#[cfg(feature = "testing")]
 pub async fn claim_or_record(
     conn: &mut AsyncPgConnection,
     req: &ClaimRequest,
@@ -229,6 +233,7 @@ pub async fn claim_or_record_after(
 /// itself, and element `i` answers `reqs[i]` as [`claim`] would. The members lock their rows in
 /// the global `(firm_id, matter_id)` order. Callers send distinct matters (a node claims a
 /// matter once at a time); a repeated one answers as a second claim after the first would.
+#[cfg(feature = "testing")]
 pub async fn claim_batch(
     conn: &mut AsyncPgConnection,
     reqs: &[ClaimRequest],

@@ -47,6 +47,7 @@ struct Counters {
 }
 
 /// A snapshot of what the exporter did since it started.
+#[cfg(feature = "testing")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExportStats {
     /// Spans the collector accepted (a 2xx answer).
@@ -85,6 +86,7 @@ impl Queue {
         }
     }
 
+    #[cfg(feature = "testing")]
     pub(crate) fn stats(&self) -> ExportStats {
         ExportStats {
             exported: self.counters.exported.load(Ordering::Relaxed),
@@ -120,6 +122,7 @@ impl OtelHandle {
     }
 
     /// What the exporter did so far.
+    #[cfg(feature = "testing")]
     pub fn stats(&self) -> ExportStats {
         self.queue.stats()
     }

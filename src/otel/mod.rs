@@ -5,7 +5,7 @@
 //! Why a tracing [`Layer`](tracing_subscriber::Layer) and not a client the node calls: the spans
 //! already exist (the `build` and `consume` roots the logs carry), so exporting them is a
 //! matter of the subscriber, and a subscriber is the application's. The binary adds the layer
-//! in [`crate::surface::logging::init`]; an embedding application adds it to its own:
+//! in `surface::logging::init`; an embedding application adds it to its own:
 //!
 //! ```no_run
 //! # fn main() -> briefrail::Result<()> {
@@ -32,21 +32,23 @@
 //! Hand-rolled on purpose: the OpenTelemetry SDK with its gRPC and protobuf stack roughly
 //! doubles the clean build, for what is here a JSON body POSTed by the awc client the `http`
 //! feature already has. Export never touches the hot path: a closed span is `try_send` to a
-//! bounded queue ([`export`]), a full queue drops and counts, and a collector that is away
+//! bounded queue (`export`), a full queue drops and counts, and a collector that is away
 //! costs warnings (at most one a minute), never a slower or a failed build.
 //!
-//! * [`layer`]: spans to finished spans, fields to trace context, attributes, links, status.
-//! * [`export`]: the bounded queue, the batching thread, the POST, the rate-limited warnings.
-//! * [`otlp`]: the JSON encoding (the protobuf JSON mapping OTLP/HTTP specifies).
+//! * `layer`: spans to finished spans, fields to trace context, attributes, links, status.
+//! * `export`: the bounded queue, the batching thread, the POST, the rate-limited warnings.
+//! * `otlp`: the JSON encoding (the protobuf JSON mapping OTLP/HTTP specifies).
 
-pub mod export;
-pub mod layer;
-pub mod otlp;
+internal!(export);
+internal!(layer);
+internal!(otlp);
 
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
 
-pub use export::{ExportStats, OtelHandle};
+#[cfg(feature = "testing")]
+pub use export::ExportStats;
+pub use export::OtelHandle;
 pub use layer::{OtelLayer, exported, join};
 
 use crate::config::OtelSettings;

@@ -10,6 +10,7 @@ pub mod console;
 pub mod demo;
 #[cfg(feature = "http")]
 pub mod fairness_api;
+#[cfg(any(feature = "cli", feature = "testing"))]
 pub mod healthcheck;
 #[cfg(feature = "http")]
 pub mod http;
@@ -17,6 +18,7 @@ pub mod http;
 pub mod logging;
 #[cfg(feature = "http")]
 pub mod ops_api;
+#[cfg(any(feature = "cli", feature = "testing"))]
 pub mod run;
 #[cfg(feature = "http")]
 pub mod selection;

@@ -9,7 +9,6 @@ pub struct Paging {
     /// The previous and next pages' links ("" at either end).
     pub prev: String,
     pub next: String,
-    pub total: i64,
 }
 
 impl Paging {
@@ -40,7 +39,6 @@ impl Paging {
             } else {
                 String::new()
             },
-            total,
         }
     }
 }

@@ -121,10 +121,12 @@ impl<T> AckWindow<T> {
     }
 
     /// Deliveries received and not yet acked or settled.
+    #[cfg(feature = "testing")]
     pub fn len(&self) -> usize {
         self.outstanding.len()
     }
 
+    #[cfg(feature = "testing")]
     pub fn is_empty(&self) -> bool {
         self.outstanding.is_empty()
     }
