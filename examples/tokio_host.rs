@@ -17,10 +17,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
-use briefrail::db::{self, admin};
-use briefrail::node::Node;
+use briefrail::{BriefBuilder, Node, SecretUrl};
 use tokio::sync::oneshot;
 use tokio_postgres::NoTls;
 use uuid::Uuid;
@@ -86,10 +84,10 @@ async fn record(
 #[tokio::main]
 async fn main() -> AppResult<()> {
     let mut settings = Settings::load(None)?;
-    let url = admin::with_database(settings.database.url.expose(), "briefrail_tokio_host")?;
-    admin::create_database_if_missing(&url).await?;
-    db::migrate::run_pending(&url).await?;
-    settings.database.url = briefrail::secret::SecretUrl::new(url.clone());
+    let url = briefrail::with_database(settings.database.url.expose(), "briefrail_tokio_host")?;
+    briefrail::create_database_if_missing(&url).await?;
+    briefrail::migrate(&url).await?;
+    settings.database.url = SecretUrl::new(url.clone());
     // No broker: nudges ride on Postgres LISTEN/NOTIFY, which the outbox row's trigger sends.
     settings.transport.kind = TransportKind::Postgres;
 

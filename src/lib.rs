@@ -83,6 +83,17 @@
 //! * `testing` (`feature = "testing"`): a database per test, test hooks; never in production.
 
 #![cfg_attr(not(feature = "testing"), deny(missing_docs))]
+// A bare library build (no amqp, cli, http or testing) leaves the ledger's operator queries
+// (dead letters, bulk actions, console reads) without a caller: they serve those features only.
+#![cfg_attr(
+    not(any(
+        feature = "amqp",
+        feature = "cli",
+        feature = "http",
+        feature = "testing"
+    )),
+    allow(dead_code, unused_imports)
+)]
 /// Declares an internal module: `pub` when `feature = "testing"` is on (the crate's tests, the
 /// fault suite and the benchmark reach into it), `pub(crate)` otherwise, so an embedder's build
 /// sees only the API re-exported below and no internal can become something it depends on.
