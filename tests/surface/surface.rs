@@ -1,18 +1,18 @@
 //! The operator surface over a real socket: status codes, JSON shapes, metrics that move, auth;
 //! and no password in any log line or error message.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{eventually, scratch_dir, spawn_node};
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::facts;
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use common::{eventually, scratch_dir, spawn_node};
 use uuid::Uuid;
 
 const TOKEN: &str = "s3cret-admin-token";

@@ -3,12 +3,13 @@
 //! retry of a matter out of retries, dead letters replayed and discarded, nodes alive and gone,
 //! and a released run that is not a failure.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::common::eventually;
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::matters::MatterState;
@@ -17,7 +18,6 @@ use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use chrono::NaiveDate;
-use common::eventually;
 use uuid::Uuid;
 
 const TOKEN: &str = "console-admin-token";

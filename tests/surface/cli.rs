@@ -1,10 +1,10 @@
 //! The command line as an operator uses it: real binary, real database, exit codes.
 
-mod common;
+use crate::common::{self, free_port};
 
 use std::process::Command;
 
-use common::shell::{briefrail, ok};
+use crate::common::shell::{briefrail, ok};
 
 use briefrail::db::admin;
 use briefrail::testing::{TestDb, server_url};
@@ -310,15 +310,6 @@ fn briefrail_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// A port nothing listens on (bound, read, released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The env of a `run` that needs no broker and no fixed port.

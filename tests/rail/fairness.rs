@@ -4,7 +4,7 @@
 //!
 //! Each rule has a planted bug in `common::mutations` that a test here must catch.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -397,7 +397,7 @@ struct MatterId {
 
 #[tokio::test]
 async fn every_fairness_rule_has_a_test_that_catches_its_planted_bug() {
-    common::mutations::assert_caught("fairness").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// A paused firm's upload waits on a running node (once the pause has reached it, within

@@ -1,9 +1,9 @@
 //! What is generated from a migrated database must match it: `src/schema.rs` (diesel's
 //! `print-schema` layout, compared ignoring whitespace) and the live SQL in `src/ledger/live/`
 //! (each function as it runs, and the catalog). `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace
-//! --test schema_drift` rewrites them after a migration changes.
+//! --test ledger schema_drift` rewrites them after a migration changes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
@@ -55,7 +55,7 @@ fn render(cols: &[Col]) -> String {
             .push(c);
     }
     let mut out = String::from(
-        "// @generated from the migrated database by tests/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).\n\
+        "// @generated from the migrated database by tests/ledger/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).\n\
          // Do not edit by hand: that test fails when this file drifts from migrations/.\n",
     );
     for (schema, tables) in &schemas {
@@ -123,7 +123,7 @@ async fn schema_rs_matches_the_migrations() {
     assert_eq!(
         squash(&actual),
         squash(&expected),
-        "src/schema.rs drifted from migrations/. Regenerate: BRIEFRAIL_BLESS_SCHEMA=1 cargo test --test schema_drift\n\
+        "src/schema.rs drifted from migrations/. Regenerate: BRIEFRAIL_BLESS_SCHEMA=1 cargo test --test ledger schema_drift\n\
          expected:\n{expected}"
     );
 }
@@ -158,7 +158,8 @@ struct Function {
 
 /// Where the live SQL of the ledger is written out, one file per function plus the catalog.
 const LIVE_DIR: &str = "src/ledger/live";
-const REGENERATE: &str = "BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift";
+const REGENERATE: &str =
+    "BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift";
 
 /// The catalog of schemas `ops` and `record` as `pg_dump --schema-only` prints it, without the
 /// functions (each has its own file) and without the lines naming pg_dump's version.

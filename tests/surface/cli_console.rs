@@ -2,11 +2,12 @@
 //! list`, `matter retry`, `brief show`, `dead-letters list|replay|discard`, `nodes`, and
 //! `status` of an unknown matter; real binary, real node, real ledger.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::shell::{briefrail, fails, ok};
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::matters::MatterState;
@@ -14,7 +15,6 @@ use briefrail::ledger::{dead_letters, facts};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use common::shell::{briefrail, fails, ok};
 use uuid::Uuid;
 
 #[actix_rt::test]

@@ -23,7 +23,7 @@
 //! nodes landed builds after the migration, no statement of theirs went missing, and every
 //! uploaded document is in its matter's latest frame.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -32,11 +32,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::{NodeProcess, eventually, scratch_dir};
 use briefrail::db::{self, Pool, PoolOptions, admin};
 use briefrail::ledger::facts;
 use briefrail::testing::server_url;
 use chrono::{DateTime, Utc};
-use common::{NodeProcess, eventually, scratch_dir};
 use diesel::sql_types::{BigInt, Jsonb, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::RunQueryDsl;
 use uuid::Uuid;
@@ -90,7 +90,7 @@ fn require_previous_release_commit() {
     let found = git(&["cat-file", "-e", &format!("{PREVIOUS_RELEASE}^{{commit}}")]);
     assert!(
         found.status.success(),
-        "commit {PREVIOUS_RELEASE} (PREVIOUS_RELEASE in tests/upgrade.rs, the previous release) \
+        "commit {PREVIOUS_RELEASE} (PREVIOUS_RELEASE in tests/install/upgrade.rs, the previous release) \
          is not in the repository at {} (a shallow clone?): run `git fetch --unshallow` (or fetch \
          that commit) and run the test again",
         repository().display()
@@ -479,12 +479,6 @@ async fn write_facts(pool: Pool, firm: Uuid, record: Arc<Mutex<Record>>, stop: A
 }
 
 #[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-#[derive(diesel::QueryableByName)]
 struct DbTime {
     #[diesel(sql_type = Timestamptz)]
     t: DateTime<Utc>,
@@ -500,15 +494,6 @@ async fn db_now(pool: &Pool) -> DateTime<Utc> {
         .t
 }
 
-async fn count(pool: &Pool, sql: &str) -> i64 {
-    let mut c = pool.get().await.unwrap();
-    diesel::sql_query(sql)
-        .get_result::<Count>(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .n
-}
-
 /// Frames `node` landed (runs with outcome `landed`) that finished after `after`.
 async fn landed_by(pool: &Pool, node: &str, after: DateTime<Utc>) -> i64 {
     let mut c = pool.get().await.unwrap();
@@ -518,7 +503,7 @@ async fn landed_by(pool: &Pool, node: &str, after: DateTime<Utc>) -> i64 {
     )
     .bind::<Text, _>(node)
     .bind::<Timestamptz, _>(after)
-    .get_result::<Count>(&mut c)
+    .get_result::<common::Count>(&mut c)
     .await
     .unwrap()
     .n
@@ -612,7 +597,7 @@ struct Served {
     latest_body: Option<serde_json::Value>,
 }
 
-async fn served(pool: &Pool, firm: Uuid) -> Vec<Served> {
+async fn jobs(pool: &Pool, firm: Uuid) -> Vec<Served> {
     let mut c = pool.get().await.unwrap();
     diesel::sql_query(
         "SELECT j.matter_id, j.requested_generation, j.landed_generation, j.run_status,
@@ -651,7 +636,7 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     assert_ne!(
         previous, current,
         "this tree has the same migrations as PREVIOUS_RELEASE ({PREVIOUS_RELEASE}), so this test \
-         upgrades nothing: move PREVIOUS_RELEASE (tests/upgrade.rs) to the last commit before the \
+         upgrades nothing: move PREVIOUS_RELEASE (tests/install/upgrade.rs) to the last commit before the \
          migrations this release adds (the previous release; it moves forward when a release \
          ships)"
     );
@@ -842,7 +827,7 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     assert_eq!(matters.len(), MATTERS);
     let rows = eventually(Duration::from_secs(90), "every demand served", || async {
         assert_no_missing_statement(&pool, &fleet).await;
-        let rows = served(&pool, firm).await;
+        let rows = jobs(&pool, firm).await;
         (rows.len() == MATTERS
             && rows.iter().all(|r| {
                 r.landed_generation == r.requested_generation
@@ -855,8 +840,8 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
 
     // Every frame a fenced landing: exactly one run of its token landed, and it is the frame's
     // run; every landed run has its frame; tokens land in increasing order.
-    let unfenced = count(
-        &pool,
+    let unfenced = common::count(
+        &mut pool.get().await.unwrap(),
         "SELECT count(*) AS n FROM ops.matter_frames f
           WHERE (SELECT count(*) FROM ops.matter_frame_runs r
                   WHERE r.firm_id = f.firm_id AND r.matter_id = f.matter_id
@@ -867,8 +852,8 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     )
     .await;
     assert_eq!(unfenced, 0, "frames that are not exactly one landed run");
-    let frameless = count(
-        &pool,
+    let frameless = common::count(
+        &mut pool.get().await.unwrap(),
         "SELECT count(*) AS n FROM ops.matter_frame_runs r
           WHERE r.outcome = 'landed'
             AND NOT EXISTS (SELECT 1 FROM ops.matter_frames f
@@ -877,8 +862,8 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     )
     .await;
     assert_eq!(frameless, 0, "landed runs without their frame");
-    let out_of_order = count(
-        &pool,
+    let out_of_order = common::count(
+        &mut pool.get().await.unwrap(),
         "SELECT count(*) AS n FROM ops.matter_frames a JOIN ops.matter_frames b
              ON a.firm_id = b.firm_id AND a.matter_id = b.matter_id
           WHERE a.generation < b.generation AND a.created_at > b.created_at",
@@ -888,8 +873,8 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     assert_no_missing_statement(&pool, &fleet).await;
     // Nothing but landings, and claims the old nodes handed back at SIGTERM: no lease ran out,
     // no build was fenced or failed on its own.
-    let other = count(
-        &pool,
+    let other = common::count(
+        &mut pool.get().await.unwrap(),
         "SELECT count(*) AS n FROM ops.matter_frame_runs
           WHERE outcome <> 'landed'
             AND NOT (outcome IN ('failed', 'released') AND error = 'node shutting down'

@@ -4,7 +4,7 @@
 //! `chromium` and `chromium-driver` (`.ci/run` installs them); without them the test fails and
 //! says so. `BRIEFRAIL_SCREENSHOT=path.png` saves the matter page (the README's picture).
 
-mod common;
+use crate::common::{self, free_port};
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -38,14 +38,6 @@ impl Drop for Driver {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn driver() -> Driver {

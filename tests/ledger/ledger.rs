@@ -1,7 +1,7 @@
 //! The ledger's guarantees (PROTOCOL.md), against a real Postgres, one database per test.
 //! Races are real: many tasks on many pooled connections, released together by a barrier.
 
-mod common;
+use crate::common;
 
 use briefrail::ledger::{ClaimKind, RunOutcome, RunStatus};
 use std::sync::Arc;
@@ -1612,7 +1612,7 @@ async fn a_claim_handed_back_at_shutdown_is_released_not_failed() {
 /// that names a killer in this binary makes each of those killers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("ledger").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` and then cuts

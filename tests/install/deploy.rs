@@ -10,22 +10,20 @@
 //!   image would run it (exec form, the binary itself) against a live node and a dead one.
 //!
 //! Global state: the system user `briefrail` (created if missing, left in place), used under
-//! the machine-wide lock tests/package.rs takes too. Everything else is under the scratch root,
+//! the machine-wide lock tests/install/package.rs takes too. Everything else is under the scratch root,
 //! removed at the end.
-
-mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use briefrail::testing::{TestDb, drop_database_now};
-use common::system::{
-    MANIFEST, environment_file, find_tool, free_port, guide_block, migrate_and_serve, read,
-    require_root, system_lock, tool, unit_value, unit_values,
+use crate::common::system::{
+    MANIFEST, environment_file, find_tool, guide_block, migrate_and_serve, read, require_root,
+    system_lock, tool, unit_value, unit_values,
 };
-use common::{BrokerScope, scratch_dir, spawn_node};
+use crate::common::{BrokerScope, free_port, scratch_dir, spawn_node};
+use briefrail::testing::{TestDb, drop_database_now};
 
 /// The paths the install block writes to; each is moved under the scratch root.
 const INSTALLED: [&str; 4] = [
@@ -109,7 +107,7 @@ impl Drop for Cleanup {
 #[test]
 fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
     require_root(
-        "tests/deploy.rs",
+        "tests/install/deploy.rs",
         "runs the systemd recipe of docs/operations.md, which creates the system user briefrail",
     );
     for t in ["useradd", "install", "runuser", "setpriv", "id", "kill"] {

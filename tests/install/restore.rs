@@ -7,18 +7,18 @@
 //! recorded after it) is gone from the record: operators record it again, or recover to a
 //! point in time instead.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::common::{add_document, eventually, ids, scratch_dir, spawn_node};
 use briefrail::db::{self, admin};
 use briefrail::ledger::transitions::{self as t, ClaimRequest, Frame, Landed};
 use briefrail::ledger::{Claim, ClaimKind, RunOutcome, RunStatus, facts, reads};
 use briefrail::testing::{TestDb, server_url};
-use common::{eventually, scratch_dir, spawn_node};
 use diesel::sql_types::{BigInt, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
@@ -107,17 +107,6 @@ async fn running_claims(c: &mut AsyncPgConnection) -> BTreeMap<Uuid, (i64, Uuid)
 }
 
 #[derive(diesel::QueryableByName)]
-struct Id {
-    #[diesel(sql_type = SqlUuid)]
-    id: Uuid,
-}
-
-async fn ids(c: &mut AsyncPgConnection, sql: &str) -> BTreeSet<Uuid> {
-    let rows: Vec<Id> = diesel::sql_query(sql).load(c).await.unwrap();
-    rows.into_iter().map(|r| r.id).collect()
-}
-
-#[derive(diesel::QueryableByName)]
 struct Line {
     #[diesel(sql_type = Text)]
     line: String,
@@ -150,24 +139,6 @@ async fn tokens(c: &mut AsyncPgConnection) -> BTreeMap<(Uuid, i64), Uuid> {
     rows.into_iter()
         .map(|h| ((h.matter_id, h.token), h.run_id))
         .collect()
-}
-
-async fn add_document(c: &mut AsyncPgConnection, firm: Uuid, matter: Uuid, title: &str) -> Uuid {
-    let id = Uuid::new_v4();
-    facts::add_document(
-        c,
-        facts::NewDocument {
-            document_id: id,
-            firm_id: firm,
-            matter_id: matter,
-            title: title.into(),
-            dated: None,
-            body: format!("the text of {title}"),
-        },
-    )
-    .await
-    .unwrap();
-    id
 }
 
 /// Every demand of the matter served and nothing running.
@@ -652,5 +623,5 @@ async fn a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_eve
 /// after a restore, token numbers repeat and only the run id fences the lost past.
 #[tokio::test]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("restore").await;
+    common::mutations::assert_caught(module_path!()).await;
 }

@@ -15,23 +15,21 @@
 //!
 //! Global state: dpkg's database, /usr/bin/briefrail, /etc/briefrail, /var/lib/briefrail,
 //! /usr/lib/systemd/system/briefrail.service, /usr/share/doc/briefrail and the system user
-//! briefrail. The test holds the machine-wide lock tests/deploy.rs takes for its whole run,
+//! briefrail. The test holds the machine-wide lock tests/install/deploy.rs takes for its whole run,
 //! refuses to start when a `briefrail` package or any of these paths is already there (it would
 //! replace an operator's install), and when it ends, also on failure, purges the package and
 //! removes the user if it created it.
-
-mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use briefrail::testing::drop_database_now;
-use common::system::{
+use crate::common::system::{
     MANIFEST, build_dir, cargo, find_tool, migrate_and_serve, read, require_root, system_lock,
     tool, unit_value,
 };
-use common::{BrokerScope, scratch_dir};
+use crate::common::{BrokerScope, scratch_dir};
+use briefrail::testing::drop_database_now;
 
 /// Where the package puts its files; none may exist before it is installed or after it is
 /// purged.
@@ -99,7 +97,7 @@ fn build_package(out_dir: &Path) -> PathBuf {
     let deb = cargo().args(["deb", "--version"]).output();
     assert!(
         deb.as_ref().is_ok_and(|o| o.status.success()),
-        "cargo-deb is missing: tests/package.rs builds the Debian package with it; install it \
+        "cargo-deb is missing: tests/install/package.rs builds the Debian package with it; install it \
          with `cargo install --locked cargo-deb` ({deb:?})"
     );
     let (build_dir, _) = build_dir();
@@ -158,7 +156,7 @@ fn check(path: &str, mode: u32, user: &str, group: &str) {
 #[test]
 fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly() {
     require_root(
-        "tests/package.rs",
+        "tests/install/package.rs",
         "installs the Debian package into this machine with dpkg",
     );
     for t in [
@@ -174,13 +172,13 @@ fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly()
     let _lock = system_lock();
     assert!(
         !installed(),
-        "a briefrail package is installed on this machine: tests/package.rs would replace and \
+        "a briefrail package is installed on this machine: tests/install/package.rs would replace and \
          purge it (remove it first, or run the test elsewhere)"
     );
     for p in PACKAGED {
         assert!(
             !Path::new(p).exists(),
-            "{p} exists: tests/package.rs would overwrite it (an install by hand?)"
+            "{p} exists: tests/install/package.rs would overwrite it (an install by hand?)"
         );
     }
     let scratch = scratch_dir("package");

@@ -1,0 +1,12 @@
+//! The `surface` test binary: cli, cli_console, console, surface, settings, demo, browser.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod browser;
+mod cli;
+mod cli_console;
+mod console;
+mod demo;
+mod settings;
+mod surface;
