@@ -456,6 +456,16 @@ async fn an_archived_matter_is_neither_reconciled_nor_claimed() {
     );
 }
 
+/// The ids of the events `requeue_unconsumed` requeues under `policy` (at most 100).
+async fn requeued(c: &mut AsyncPgConnection, policy: &outbox::Republish) -> Vec<Uuid> {
+    outbox::requeue_unconsumed(c, BRIEF_RAIL, policy, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.event_id)
+        .collect()
+}
+
 /// Defect 8: failed publishes and reconcile's republications are separate counters, and
 /// republications of a slow consumer's event are spaced out exponentially.
 #[tokio::test]
@@ -489,10 +499,7 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         window: Duration::from_secs(7 * 86400),
         cap: outbox::REPUBLISH_CAP,
     };
-    let ids = |v: Vec<outbox::Requeued>| v.into_iter().map(|r| r.event_id).collect::<Vec<_>>();
-    let first = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
-        .await
-        .unwrap());
+    let first = requeued(&mut c, &policy).await;
     assert_eq!(
         first,
         vec![ev.event_id],
@@ -504,17 +511,13 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         .await
         .unwrap();
     c.batch_execute(&backdate(90)).await.unwrap();
-    let second = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
-        .await
-        .unwrap());
+    let second = requeued(&mut c, &policy).await;
     assert!(
         second.is_empty(),
         "republished again after only one interval"
     );
     c.batch_execute(&backdate(130)).await.unwrap();
-    let third = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
-        .await
-        .unwrap());
+    let third = requeued(&mut c, &policy).await;
     assert_eq!(third, vec![ev.event_id]);
 
     // At the cap it is left alone, and it is an alert, not silence.
