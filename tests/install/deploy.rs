@@ -104,6 +104,84 @@ impl Drop for Cleanup {
     }
 }
 
+/// The installed unit runs as briefrail:briefrail with the required secrets file, in a
+/// working directory and with writable paths the block set up, and its `ExecStart` runs the
+/// installed binary with the installed configuration.
+fn assert_the_unit_points_at_what_the_block_set_up(
+    unit: &str,
+    at: &dyn Fn(&str) -> PathBuf,
+    config: &Path,
+) {
+    let (user, group) = (unit_value(unit, "User"), unit_value(unit, "Group"));
+    assert_eq!((user.as_str(), group.as_str()), ("briefrail", "briefrail"));
+    let env_file = unit_value(unit, "EnvironmentFile");
+    assert!(
+        !env_file.starts_with('-'),
+        "the secrets are required: EnvironmentFile={env_file}"
+    );
+    assert_eq!(env_file, "/etc/briefrail/env");
+    let workdir = unit_value(unit, "WorkingDirectory");
+    assert!(at(&workdir).is_dir(), "WorkingDirectory={workdir}");
+    for p in unit_values(unit, "ReadWritePaths") {
+        assert!(
+            at(&p).is_dir(),
+            "ReadWritePaths={p} is not set up by the block"
+        );
+    }
+    let exec: Vec<String> = unit_value(unit, "ExecStart")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(exec[0], "/usr/bin/briefrail", "{exec:?}");
+    let config_arg = exec
+        .iter()
+        .position(|a| a == "--config")
+        .map(|i| exec[i + 1].clone())
+        .expect("ExecStart passes --config");
+    assert_eq!(at(&config_arg), config, "ExecStart's --config");
+    assert_eq!(exec.last().map(String::as_str), Some("run"));
+}
+
+/// `systemd-analyze verify` of the installed unit under `root` (systemd resolves the unit's
+/// dependencies, sysinit.target..., under the root too); without systemd-analyze, says so.
+fn verify_with_systemd_analyze(root: &Path, at: &dyn Fn(&str) -> PathBuf) {
+    match find_tool("systemd-analyze") {
+        Some(analyze) => {
+            // systemd resolves the unit's dependencies (sysinit.target...) under the root too.
+            let units = Path::new("/usr/lib/systemd/system");
+            assert!(
+                units.is_dir(),
+                "systemd-analyze is here but {} is not: cannot verify the unit",
+                units.display()
+            );
+            std::fs::create_dir_all(at("/usr/lib/systemd")).unwrap();
+            sh(&format!(
+                "cp -r {} {}",
+                units.display(),
+                at("/usr/lib/systemd").display()
+            ));
+            let out = Command::new(analyze)
+                .arg("verify")
+                .arg(format!("--root={}", root.display()))
+                .arg(at("/etc/systemd/system/briefrail.service"))
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.status.success() && said.trim().is_empty(),
+                "systemd-analyze verify: {said}"
+            );
+        }
+        None => eprintln!(
+            "systemd-analyze is missing: the unit is checked against what the block installed only"
+        ),
+    }
+}
+
 #[test]
 fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
     require_root(
@@ -165,69 +243,8 @@ fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_pla
         .unwrap_or_else(|e| panic!("the recipe's config and env file: {e}"));
 
     // The unit: what systemd makes of it, and what it points at.
-    let (user, group) = (unit_value(&unit, "User"), unit_value(&unit, "Group"));
-    assert_eq!((user.as_str(), group.as_str()), ("briefrail", "briefrail"));
-    let env_file = unit_value(&unit, "EnvironmentFile");
-    assert!(
-        !env_file.starts_with('-'),
-        "the secrets are required: EnvironmentFile={env_file}"
-    );
-    assert_eq!(env_file, "/etc/briefrail/env");
-    let workdir = unit_value(&unit, "WorkingDirectory");
-    assert!(at(&workdir).is_dir(), "WorkingDirectory={workdir}");
-    for p in unit_values(&unit, "ReadWritePaths") {
-        assert!(
-            at(&p).is_dir(),
-            "ReadWritePaths={p} is not set up by the block"
-        );
-    }
-    let exec: Vec<String> = unit_value(&unit, "ExecStart")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(exec[0], "/usr/bin/briefrail", "{exec:?}");
-    let config_arg = exec
-        .iter()
-        .position(|a| a == "--config")
-        .map(|i| exec[i + 1].clone())
-        .expect("ExecStart passes --config");
-    assert_eq!(at(&config_arg), config, "ExecStart's --config");
-    assert_eq!(exec.last().map(String::as_str), Some("run"));
-    match find_tool("systemd-analyze") {
-        Some(analyze) => {
-            // systemd resolves the unit's dependencies (sysinit.target...) under the root too.
-            let units = Path::new("/usr/lib/systemd/system");
-            assert!(
-                units.is_dir(),
-                "systemd-analyze is here but {} is not: cannot verify the unit",
-                units.display()
-            );
-            std::fs::create_dir_all(at("/usr/lib/systemd")).unwrap();
-            sh(&format!(
-                "cp -r {} {}",
-                units.display(),
-                at("/usr/lib/systemd").display()
-            ));
-            let out = Command::new(analyze)
-                .arg("verify")
-                .arg(format!("--root={}", root.display()))
-                .arg(at("/etc/systemd/system/briefrail.service"))
-                .output()
-                .unwrap();
-            let said = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(
-                out.status.success() && said.trim().is_empty(),
-                "systemd-analyze verify: {said}"
-            );
-        }
-        None => eprintln!(
-            "systemd-analyze is missing: the unit is checked against what the block installed only"
-        ),
-    }
+    assert_the_unit_points_at_what_the_block_set_up(&unit, &at, &config);
+    verify_with_systemd_analyze(&root, &at);
 
     // The operator's edit of the secrets, the guide's migrate line, the unit serving.
     let broker = BrokerScope::new();

@@ -153,23 +153,9 @@ fn check(path: &str, mode: u32, user: &str, group: &str) {
     );
 }
 
-#[test]
-fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly() {
-    require_root(
-        "tests/install/package.rs",
-        "installs the Debian package into this machine with dpkg",
-    );
-    for t in [
-        "dpkg",
-        "dpkg-query",
-        "setpriv",
-        "runuser",
-        "userdel",
-        "getent",
-    ] {
-        tool(t);
-    }
-    let _lock = system_lock();
+/// Neither a `briefrail` package nor any of its paths is on this machine: the test would
+/// replace and purge an operator's install.
+fn assert_no_briefrail_package_or_file_is_here() {
     assert!(
         !installed(),
         "a briefrail package is installed on this machine: tests/install/package.rs would replace and \
@@ -181,31 +167,11 @@ fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly()
             "{p} exists: tests/install/package.rs would overwrite it (an install by hand?)"
         );
     }
-    let scratch = scratch_dir("package");
-    let database = format!(
-        "br_package_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    );
-    let restore = Restore {
-        user_was_there: user_exists(),
-        database: database.clone(),
-        scratch: scratch.clone(),
-    };
+}
 
-    let deb = build_package(&scratch);
-    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        said.contains("systemctl enable --now briefrail"),
-        "a first install says how to start:\n{said}"
-    );
-    // Again, as an upgrade runs the maintainer scripts: idempotent, and silent about starting.
-    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
-    assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("systemctl enable"),
-        "a reinstall repeats the first install's advice"
-    );
-
+/// The binary, without the test hooks' build; the system user, with no login shell; the
+/// configuration: conffiles, the modes of the by-hand recipe, the repository's contents.
+fn assert_the_installed_binary_user_and_configuration() {
     // The binary, without the test hooks' build.
     let out = run(Command::new("/usr/bin/briefrail").arg("--version"));
     assert_eq!(
@@ -239,7 +205,11 @@ fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly()
         std::fs::read_to_string("/etc/briefrail/env").unwrap(),
         read("deploy/env")
     );
-    // The unit: the repository's, installed disabled.
+}
+
+/// The unit: the repository's, installed disabled, running the installed binary, passing
+/// `systemd-analyze verify` where it is installed. Its text.
+fn the_installed_unit() -> String {
     let unit_path = "/usr/lib/systemd/system/briefrail.service";
     let unit = std::fs::read_to_string(unit_path).unwrap();
     assert_eq!(unit, read("deploy/briefrail.service"), "{unit_path}");
@@ -263,6 +233,56 @@ fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly()
             "systemd-analyze is missing: the unit is checked against the repository's only"
         ),
     }
+    unit
+}
+
+#[test]
+fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly() {
+    require_root(
+        "tests/install/package.rs",
+        "installs the Debian package into this machine with dpkg",
+    );
+    for t in [
+        "dpkg",
+        "dpkg-query",
+        "setpriv",
+        "runuser",
+        "userdel",
+        "getent",
+    ] {
+        tool(t);
+    }
+    let _lock = system_lock();
+    assert_no_briefrail_package_or_file_is_here();
+    let scratch = scratch_dir("package");
+    let database = format!(
+        "br_package_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let restore = Restore {
+        user_was_there: user_exists(),
+        database: database.clone(),
+        scratch: scratch.clone(),
+    };
+
+    let deb = build_package(&scratch);
+    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("systemctl enable --now briefrail"),
+        "a first install says how to start:\n{said}"
+    );
+    // Again, as an upgrade runs the maintainer scripts: idempotent, and silent about starting.
+    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("systemctl enable"),
+        "a reinstall repeats the first install's advice"
+    );
+
+    // The binary, without the test hooks' build; the system user; the configuration.
+    assert_the_installed_binary_user_and_configuration();
+    // The unit: the repository's, installed disabled.
+    let unit = the_installed_unit();
 
     // The operator's edit of the secrets, the guide's migrate line, the unit serving.
     let broker = BrokerScope::new();

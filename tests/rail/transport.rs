@@ -1241,15 +1241,12 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
     }
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let held = || async {
-        let mut c = r.db.pool.get().await.unwrap();
-        diesel::sql_query(
+        count(
+            &mut r.db.pool.get().await.unwrap(),
             "SELECT count(*) AS n FROM pg_stat_activity
               WHERE datname = current_database() AND wait_event = 'advisory'",
         )
-        .get_result::<crate::common::Count>(&mut c)
         .await
-        .unwrap()
-        .n
     };
     eventually(
         Duration::from_secs(20),
