@@ -4,7 +4,7 @@
 //!
 //! Each rule has a planted bug in `common::mutations` that a test here must catch.
 
-use crate::common;
+use crate::common::{self, Count};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use briefrail::ledger::transitions::{self as t, ClaimRequest};
 use briefrail::ledger::{ClaimKind, DemandClass, Frame, facts};
 use briefrail::node::Node;
 use briefrail::testing::TestDb;
-use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+use diesel::sql_types::Uuid as SqlUuid;
 use diesel_async::RunQueryDsl;
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
@@ -280,12 +280,6 @@ async fn upload(db: &TestDb, firm: Uuid, class: DemandClass) -> Uuid {
     .await
     .expect("document");
     matter
-}
-
-#[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
 }
 
 /// Runs of `firm` opened (claimed) after the newest fact of `matter` was recorded and before

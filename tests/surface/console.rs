@@ -414,13 +414,8 @@ async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
 
 async fn count_events(db: &TestDb, matter: Uuid) -> i64 {
     use diesel_async::RunQueryDsl;
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
     let mut c = db.pool.get().await.unwrap();
-    let n: N =
+    let n: crate::common::Count =
         diesel::sql_query("SELECT count(*) AS n FROM ops.domain_event_outbox WHERE matter_id = $1")
             .bind::<diesel::sql_types::Uuid, _>(matter)
             .get_result(&mut c)
