@@ -1,4 +1,4 @@
-// @generated from the migrated database by tests/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).
+// @generated from the migrated database by tests/ledger/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).
 // Do not edit by hand: that test fails when this file drifts from migrations/.
 
 pub mod ops {

@@ -16,9 +16,7 @@ use briefrail::ledger::{facts, reads};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use common::{BrokerScope, eventually};
-use diesel::QueryableByName;
-use diesel_async::RunQueryDsl;
+use common::{BrokerScope, count, eventually};
 use uuid::Uuid;
 
 fn rabbitmqctl(args: &[&str]) -> bool {
@@ -37,20 +35,6 @@ impl Drop for BrokerRestorer {
         rabbitmqctl(&["start_app"]);
         rabbitmqctl(&["await_startup"]);
     }
-}
-
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    #[derive(QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut c = db.pool.get().await.unwrap();
-    diesel::sql_query(sql)
-        .get_result::<N>(&mut c)
-        .await
-        .unwrap()
-        .n
 }
 
 #[actix_rt::test]
@@ -89,13 +73,17 @@ async fn events_written_during_a_broker_outage_are_all_published_and_served() {
         matters.push(m);
     }
     assert_eq!(
-        count(&db, "SELECT count(*) AS n FROM ops.domain_event_outbox").await,
+        count(
+            &mut db.pool.get().await.unwrap(),
+            "SELECT count(*) AS n FROM ops.domain_event_outbox"
+        )
+        .await,
         200
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         count(
-            &db,
+            &mut db.pool.get().await.unwrap(),
             "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NOT NULL"
         )
         .await
@@ -110,11 +98,15 @@ async fn events_written_during_a_broker_outage_are_all_published_and_served() {
         "all 200 events published and consumed",
         || async {
             let published = count(
-                &db,
+                &mut db.pool.get().await.unwrap(),
                 "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NOT NULL",
             )
             .await;
-            let consumed = count(&db, "SELECT count(*) AS n FROM ops.consumed_events").await;
+            let consumed = count(
+                &mut db.pool.get().await.unwrap(),
+                "SELECT count(*) AS n FROM ops.consumed_events",
+            )
+            .await;
             (published == 200 && consumed == 200).then_some(())
         },
     )
@@ -131,7 +123,7 @@ async fn events_written_during_a_broker_outage_are_all_published_and_served() {
         .await;
     }
     let errors = count(
-        &db,
+        &mut db.pool.get().await.unwrap(),
         "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE last_error IS NOT NULL",
     )
     .await;

@@ -1,7 +1,7 @@
 //! The 0.1.0 baseline, and the databases built before it.
 //!
 //! 0.1.0 squashed the pre-release migrations into one baseline migration that builds the
-//! catalog they built (tests/schema_drift.rs holds both to `src/ledger/live/`). A database
+//! catalog they built (tests/ledger/schema_drift.rs holds both to `src/ledger/live/`). A database
 //! those migrations built already has that catalog, so `briefrail migrate` *adopts* it: it
 //! records the baseline as applied without running a statement of it (which would fail on the
 //! tables already there). The squashed versions stay recorded, so nodes of the pre-release

@@ -16,7 +16,7 @@
 //! session compiles each PL/pgSQL transition on its first call and keeps its plans and catalog
 //! caches, so a node's statements are best served by the fewest sessions. With FIFO every
 //! session of the pool took every kind of statement in turn, and each compiled them all
-//! (CHANGELOG.md, "Performance"; `tests/ledger.rs`
+//! (CHANGELOG.md, "Performance"; `tests/ledger/ledger.rs`
 //! `the_pool_hands_out_the_session_returned_last`).
 //! The sessions at the bottom of the stack then sit idle until bb8's idle timeout closes them
 //! (10 minutes); one that closed meanwhile is dropped at its next checkout (see above).

@@ -450,7 +450,7 @@ const EXPRESSIONS: &[&str] = &["now", "clock", "is_archived"];
 /// unit test below, so a new one is placed on purpose.
 #[cfg(test)]
 const INTERNAL: &[(&str, &str)] = &[
-    ("clock_offset", "read by now() and clock()"),
+    ("clock_offset", "read by ops.now() and ops.clock()"),
     (
         "demands",
         "the set-based demand that apply_events and drain_outbox run",

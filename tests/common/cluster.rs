@@ -3,6 +3,7 @@
 //! cluster is never touched. Run as the `postgres` user when the test runs as root (initdb
 //! refuses root). A missing binary fails the test, naming it.
 
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -55,13 +56,6 @@ fn run_pg(program: &Path, args: &[&str]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 impl PrivateCluster {

@@ -197,3 +197,88 @@ impl Drop for BrokerScope {
         .join();
     }
 }
+
+/// A port nothing listens on (bound, read, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Bytes as lowercase hex, as W3C trace context and AMQP ids write them.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A row of one bigint column `n`.
+#[derive(diesel::QueryableByName)]
+pub struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub n: i64,
+}
+
+/// The `n` that `sql` (one row, a bigint column `n`) answers on `c`; pass a pooled connection
+/// as `&mut db.pool.get().await.unwrap()`.
+pub async fn count(c: &mut diesel_async::AsyncPgConnection, sql: &str) -> i64 {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(sql)
+        .get_result::<Count>(c)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .n
+}
+
+#[derive(diesel::QueryableByName)]
+struct Id {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    id: Uuid,
+}
+
+/// The set of `id`s (a uuid column) that `sql` answers on `c`.
+pub async fn ids(
+    c: &mut diesel_async::AsyncPgConnection,
+    sql: &str,
+) -> std::collections::BTreeSet<Uuid> {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(sql)
+        .load::<Id>(c)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
+/// Records a document `title` on `matter` (its text: "the text of `title`"); its id.
+pub async fn add_document(
+    c: &mut diesel_async::AsyncPgConnection,
+    firm: Uuid,
+    matter: Uuid,
+    title: &str,
+) -> Uuid {
+    let id = Uuid::new_v4();
+    briefrail::ledger::facts::add_document(
+        c,
+        briefrail::ledger::facts::NewDocument {
+            document_id: id,
+            firm_id: firm,
+            matter_id: matter,
+            title: title.into(),
+            dated: None,
+            body: format!("the text of {title}"),
+        },
+    )
+    .await
+    .unwrap();
+    id
+}
+
+/// Whether the matter's job has landed a frame and owes no build.
+pub async fn served(db: &TestDb, firm: Uuid, matter: Uuid) -> bool {
+    let mut c = db.pool.get().await.unwrap();
+    briefrail::ledger::reads::job(&mut c, firm, matter)
+        .await
+        .unwrap()
+        .is_some_and(|j| !j.unserved() && j.landed_generation > 0)
+}

@@ -1,6 +1,6 @@
 //! Mutation controls for the real ledger: named, deliberate bugs in the live SQL (each
 //! function's text as a migrated database runs it: `src/ledger/live/<function>.sql`, generated
-//! and checked by `tests/schema_drift.rs`), and the guarantee tests that must fail under each,
+//! and checked by `tests/ledger/schema_drift.rs`), and the guarantee tests that must fail under each,
 //! the way the model check's negative controls must find a counterexample.
 //!
 //! A mutation is SQL run on every database [`briefrail::testing::TestDb::new`] creates while
@@ -22,7 +22,7 @@ pub struct Mutation {
     pub breaks: &'static str,
     /// What plants it, in order.
     pub plants: &'static [Plant],
-    /// `binary::test` of every test that must fail under it.
+    /// `binary::module::test` of every test that must fail under it.
     pub killers: &'static [&'static str],
 }
 
@@ -57,14 +57,14 @@ impl Mutation {
     }
 }
 
-/// The live text of `ops.<function>`, as `tests/schema_drift.rs` generated it.
+/// The live text of `ops.<function>`, as `tests/ledger/schema_drift.rs` generated it.
 fn live_sql(function: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("src/ledger/live")
         .join(format!("{function}.sql"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}: no live text of ops.{function} (BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift generates it)",
+            "{}: {e}: no live text of ops.{function} (BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift generates it)",
             path.display()
         )
     })
@@ -287,8 +287,8 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
-                "fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
+                "rail::fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
+                "rail::fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
             ],
         },
         Mutation {
@@ -300,7 +300,7 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[(" / coalesce(f.weight, 1)", "")],
             }],
             killers: &[
-                "fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
+                "rail::fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
             ],
         },
         Mutation {
@@ -312,8 +312,8 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("DESC", "ASC")],
             }],
             killers: &[
-                "fairness::interactive_demands_are_picked_before_background_ones",
-                "fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
+                "rail::fairness::interactive_demands_are_picked_before_background_ones",
+                "rail::fairness::one_firms_backlog_never_makes_another_firms_upload_wait",
             ],
         },
         Mutation {
@@ -325,7 +325,7 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[(" OR c.waited >= p_promote_secs", "")],
             }],
             killers: &[
-                "fairness::a_background_demand_waiting_past_the_bound_is_served_as_interactive",
+                "rail::fairness::a_background_demand_waiting_past_the_bound_is_served_as_interactive",
             ],
         },
         Mutation {
@@ -336,7 +336,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "paused firms wait",
                 edits: &[("NOT coalesce(f.paused, false)", "true")],
             }],
-            killers: &["fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
+            killers: &["rail::fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
         },
         Mutation {
             name: "fair_pick_ignores_the_paused_rail",
@@ -349,7 +349,7 @@ pub fn all() -> Vec<Mutation> {
                     "false",
                 )],
             }],
-            killers: &["fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
+            killers: &["rail::fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
         },
         Mutation {
             name: "fair_pick_youngest_first",
@@ -359,7 +359,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "oldest first",
                 edits: &[("DESC", "ASC")],
             }],
-            killers: &["fairness::within_a_firms_share_the_oldest_demand_is_picked_first"],
+            killers: &["rail::fairness::within_a_firms_share_the_oldest_demand_is_picked_first"],
         },
         Mutation {
             name: "take_permit_without_the_lock",
@@ -369,7 +369,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "one grant at a time",
                 edits: &[(" FOR UPDATE", "")],
             }],
-            killers: &["limits::a_cap_is_never_exceeded_by_nodes_asking_at_once"],
+            killers: &["ledger::limits::a_cap_is_never_exceeded_by_nodes_asking_at_once"],
         },
         Mutation {
             name: "take_permit_ignores_the_cap",
@@ -380,9 +380,9 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("v_running >= r.max_running", "false")],
             }],
             killers: &[
-                "limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
-                "limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
-                "limits::two_nodes_never_run_more_builds_than_the_cap_together",
+                "ledger::limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
+                "ledger::limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
+                "ledger::limits::two_nodes_never_run_more_builds_than_the_cap_together",
             ],
         },
         Mutation {
@@ -397,8 +397,8 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
-                "limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
+                "ledger::limits::a_cap_is_never_exceeded_by_nodes_asking_at_once",
+                "ledger::limits::a_permit_counts_until_its_claim_runs_or_it_is_given_back",
             ],
         },
         Mutation {
@@ -409,7 +409,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "rate limit",
                 edits: &[("v_tokens < 1", "false")],
             }],
-            killers: &["limits::the_rate_limit_spaces_starts_across_the_fleet"],
+            killers: &["ledger::limits::the_rate_limit_spaces_starts_across_the_fleet"],
         },
         Mutation {
             name: "take_permit_ignores_the_held_builder",
@@ -420,8 +420,8 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("r.builder_held_until > v_now", "false")],
             }],
             killers: &[
-                "limits::a_held_builder_holds_every_start_until_its_time",
-                "limits::a_builder_asking_to_wait_holds_every_start_and_spends_no_retry",
+                "ledger::limits::a_held_builder_holds_every_start_until_its_time",
+                "ledger::limits::a_builder_asking_to_wait_holds_every_start_and_spends_no_retry",
             ],
         },
         Mutation {
@@ -431,7 +431,7 @@ pub fn all() -> Vec<Mutation> {
             plants: &[Plant::Sql(
                 "ALTER TABLE ops.domain_event_outbox RESET (fillfactor);",
             )],
-            killers: &["ledger::the_relays_lease_rewrites_its_rows_in_place"],
+            killers: &["ledger::ledger::the_relays_lease_rewrites_its_rows_in_place"],
         },
         Mutation {
             name: "claim_batch_in_arrival_order",
@@ -445,7 +445,7 @@ pub fn all() -> Vec<Mutation> {
                 ],
             }],
             killers: &[
-                "batches::a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
+                "ledger::batches::a_claim_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
             ],
         },
         Mutation {
@@ -457,7 +457,7 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("ORDER BY u.firm, u.matter)", "ORDER BY u.n)")],
             }],
             killers: &[
-                "batches::a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
+                "ledger::batches::a_commit_batch_behind_a_trigger_holding_the_lowest_row_waits_without_a_deadlock",
             ],
         },
         Mutation {
@@ -471,7 +471,9 @@ pub fn all() -> Vec<Mutation> {
                     "",
                 )],
             }],
-            killers: &["batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would"],
+            killers: &[
+                "ledger::batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would",
+            ],
         },
         Mutation {
             name: "claim_upsert_serves_what_was_served",
@@ -484,7 +486,9 @@ pub fn all() -> Vec<Mutation> {
                     "",
                 )],
             }],
-            killers: &["batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would"],
+            killers: &[
+                "ledger::batches::both_forms_of_a_claim_batch_write_what_each_claim_alone_would",
+            ],
         },
         Mutation {
             name: "claim_batch_answers_in_lock_order",
@@ -497,7 +501,7 @@ pub fn all() -> Vec<Mutation> {
                     "array_agg(c.token ORDER BY m.firm, m.matter)",
                 )],
             }],
-            killers: &["batches::a_claim_batch_answers_each_member_as_its_own_claim_would"],
+            killers: &["ledger::batches::a_claim_batch_answers_each_member_as_its_own_claim_would"],
         },
         Mutation {
             name: "commit_frames_answers_in_lock_order",
@@ -507,7 +511,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "answers in member order",
                 edits: &[("ORDER BY m.n)", "ORDER BY m.firm, m.matter)")],
             }],
-            killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
+            killers: &["ledger::batches::a_commit_batch_fences_each_member_by_its_own_claim"],
         },
         Mutation {
             name: "transitions_plan_by_statistics",
@@ -515,7 +519,7 @@ pub fn all() -> Vec<Mutation> {
             // The transitions plan by the statistics alone again: their settings that forbid a
             // sequential scan and a compiled plan reset.
             plants: &[Plant::Sql(PLANS_BY_STATISTICS)],
-            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+            killers: &["ledger::plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "claim_compiles_its_statements",
@@ -523,7 +527,9 @@ pub fn all() -> Vec<Mutation> {
             plants: &[Plant::Sql(
                 "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET jit;",
             )],
-            killers: &["plans::a_transition_that_disables_scans_never_compiles_its_statements"],
+            killers: &[
+                "ledger::plans::a_transition_that_disables_scans_never_compiles_its_statements",
+            ],
         },
         Mutation {
             name: "claim_plans_each_call_anew",
@@ -531,7 +537,7 @@ pub fn all() -> Vec<Mutation> {
             plants: &[Plant::Sql(
                 "ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET plan_cache_mode;",
             )],
-            killers: &["plans::a_transition_plans_generically_from_its_first_call"],
+            killers: &["ledger::plans::a_transition_plans_generically_from_its_first_call"],
         },
         Mutation {
             name: "commit_reads_its_row_by_the_running_index",
@@ -547,7 +553,7 @@ pub fn all() -> Vec<Mutation> {
                     ),
                 ],
             }],
-            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+            killers: &["ledger::plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "commit_joins_its_members_to_the_job_rows",
@@ -562,7 +568,7 @@ pub fn all() -> Vec<Mutation> {
                     "ALTER FUNCTION ops.commit_claims(uuid[], uuid[], bigint[], uuid[], uuid[], text[]) RESET enable_indexscan;",
                 ),
             ],
-            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+            killers: &["ledger::plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "superseded_runs_closed_by_a_join",
@@ -575,7 +581,7 @@ pub fn all() -> Vec<Mutation> {
                     "FROM claimed c\n             WHERE r.firm_id = c.firm AND r.matter_id = c.matter AND r.outcome = 'running'",
                 )],
             }],
-            killers: &["plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+            killers: &["ledger::plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
         Mutation {
             name: "clock_offset_kept_for_the_session",
@@ -589,7 +595,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "ledger::a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connection",
+                "ledger::ledger::a_moved_ledger_clock_is_seen_by_the_next_transaction_of_every_connection",
             ],
         },
         Mutation {
@@ -603,7 +609,7 @@ pub fn all() -> Vec<Mutation> {
                     "j.claimed_generation = p_tokens[1]",
                 )],
             }],
-            killers: &["batches::a_commit_batch_fences_each_member_by_its_own_claim"],
+            killers: &["ledger::batches::a_commit_batch_fences_each_member_by_its_own_claim"],
         },
         Mutation {
             name: "commit_without_the_claims_identity",
@@ -617,10 +623,10 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
-                "ledger::a_zombie_commit_is_fenced_after_the_sweep",
-                "ledger::extra_writes_land_only_with_a_current_token",
-                "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+                "ledger::model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
+                "ledger::ledger::a_zombie_commit_is_fenced_after_the_sweep",
+                "ledger::ledger::extra_writes_land_only_with_a_current_token",
+                "ledger::trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
             ],
         },
         Mutation {
@@ -632,8 +638,8 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[(" AND j.claimed_run_id = m.run_id", "")],
             }],
             killers: &[
-                "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
-                "restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
+                "ledger::trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+                "install::restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
             ],
         },
         Mutation {
@@ -648,11 +654,11 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
-                "ledger::a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep",
-                "ledger::a_zombie_commit_is_fenced_after_the_sweep",
-                "trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
-                "restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
+                "ledger::model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
+                "ledger::ledger::a_claim_over_an_expired_lease_fences_the_old_token_without_a_sweep",
+                "ledger::ledger::a_zombie_commit_is_fenced_after_the_sweep",
+                "ledger::trust::a_token_number_handed_out_twice_still_fences_the_old_holder",
+                "install::restore::a_restore_of_a_dump_taken_mid_build_fences_the_lost_past_and_serves_every_demand",
             ],
         },
         Mutation {
@@ -661,7 +667,7 @@ pub fn all() -> Vec<Mutation> {
             plants: &[Plant::Sql(
                 "ALTER TABLE ops.matter_frames DROP CONSTRAINT matter_frames_pkey",
             )],
-            killers: &["ledger::at_most_one_frame_per_token"],
+            killers: &["ledger::ledger::at_most_one_frame_per_token"],
         },
         Mutation {
             name: "follow_up_dropped_on_commit",
@@ -675,9 +681,9 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
-                "ledger::twenty_demands_during_a_build_cost_exactly_one_follow_up",
-                "ledger::a_demand_racing_a_commit_is_never_dropped",
+                "ledger::model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
+                "ledger::ledger::twenty_demands_during_a_build_cost_exactly_one_follow_up",
+                "ledger::ledger::a_demand_racing_a_commit_is_never_dropped",
             ],
         },
         Mutation {
@@ -695,9 +701,9 @@ pub fn all() -> Vec<Mutation> {
                 ],
             }],
             killers: &[
-                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
-                "ledger::concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser",
-                "ledger::a_demand_racing_a_commit_is_never_dropped",
+                "ledger::model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
+                "ledger::ledger::concurrent_claims_on_one_matter_yield_one_token_and_record_every_loser",
+                "ledger::ledger::a_demand_racing_a_commit_is_never_dropped",
             ],
         },
         Mutation {
@@ -709,9 +715,9 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[(" AND j.lease_expires_at < ops.now()", "")],
             }],
             killers: &[
-                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
-                "ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
-                "trust::a_shorter_lease_on_another_node_does_not_expire_a_healthy_build",
+                "ledger::model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
+                "ledger::ledger::a_heartbeat_keeps_a_long_build_from_being_swept",
+                "ledger::trust::a_shorter_lease_on_another_node_does_not_expire_a_healthy_build",
             ],
         },
         Mutation {
@@ -731,7 +737,7 @@ pub fn all() -> Vec<Mutation> {
                     ),
                 ],
             }],
-            killers: &["ledger::a_claim_late_in_a_long_transaction_is_not_born_expired"],
+            killers: &["ledger::ledger::a_claim_late_in_a_long_transaction_is_not_born_expired"],
         },
         Mutation {
             name: "inbox_without_its_key",
@@ -740,8 +746,8 @@ pub fn all() -> Vec<Mutation> {
                 "ALTER TABLE ops.consumed_events DROP CONSTRAINT consumed_events_pkey",
             )],
             killers: &[
-                "transport::a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once",
-                "transport::the_postgres_transport_applies_each_event_once_and_survives_late_commits",
+                "rail::transport::a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once",
+                "rail::transport::the_postgres_transport_applies_each_event_once_and_survives_late_commits",
             ],
         },
         Mutation {
@@ -750,7 +756,7 @@ pub fn all() -> Vec<Mutation> {
             plants: &[Plant::Sql(
                 "DROP TRIGGER matter_frame_jobs_no_delete ON ops.matter_frame_jobs;\n                 DROP TRIGGER matter_frame_jobs_no_truncate ON ops.matter_frame_jobs",
             )],
-            killers: &["ledger::job_rows_cannot_be_deleted_so_tokens_never_restart"],
+            killers: &["ledger::ledger::job_rows_cannot_be_deleted_so_tokens_never_restart"],
         },
         Mutation {
             name: "every_demand_covered",
@@ -764,9 +770,9 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
-                "ledger::a_demand_for_a_fact_the_running_build_already_reads_is_covered",
-                "trust::a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brief",
+                "ledger::model_vs_sql::the_model_and_the_sql_agree_on_random_sequences",
+                "ledger::ledger::a_demand_for_a_fact_the_running_build_already_reads_is_covered",
+                "ledger::trust::a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brief",
             ],
         },
         Mutation {
@@ -780,7 +786,7 @@ pub fn all() -> Vec<Mutation> {
                     "",
                 )],
             }],
-            killers: &["trust::after_a_logical_move_new_facts_still_reach_the_brief"],
+            killers: &["ledger::trust::after_a_logical_move_new_facts_still_reach_the_brief"],
         },
         Mutation {
             name: "claim_ignores_the_archive",
@@ -797,7 +803,7 @@ pub fn all() -> Vec<Mutation> {
                     ("AND NOT ops.is_archived(j.firm_id, j.matter_id)", ""),
                 ],
             }],
-            killers: &["trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
+            killers: &["ledger::trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
         },
         Mutation {
             name: "reconcile_ignores_the_archive",
@@ -807,7 +813,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "archived matters are not reconciled",
                 edits: &[("AND NOT ops.is_archived(j.firm_id, j.matter_id)", "")],
             }],
-            killers: &["trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
+            killers: &["ledger::trust::an_archived_matter_is_neither_reconciled_nor_claimed"],
         },
         Mutation {
             name: "frame_refusal_raised",
@@ -821,7 +827,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
+                "ledger::trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
             ],
         },
         Mutation {
@@ -832,7 +838,7 @@ pub fn all() -> Vec<Mutation> {
                 rule: "released, not failed",
                 edits: &[("SET run_status = 'idle'", "SET run_status = 'failed'")],
             }],
-            killers: &["ledger::a_claim_handed_back_at_shutdown_is_released_not_failed"],
+            killers: &["ledger::ledger::a_claim_handed_back_at_shutdown_is_released_not_failed"],
         },
         Mutation {
             name: "trigger_forgets_its_inbox",
@@ -845,7 +851,9 @@ pub fn all() -> Vec<Mutation> {
                     "CASE WHEN false",
                 )],
             }],
-            killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
+            killers: &[
+                "ledger::ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself",
+            ],
         },
         Mutation {
             name: "demands_answer_the_batch_total",
@@ -859,7 +867,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
+                "ledger::ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
             ],
         },
         Mutation {
@@ -874,7 +882,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
+                "ledger::ledger::demands_for_one_matter_in_one_batch_each_reach_their_own_generation",
             ],
         },
         Mutation {
@@ -885,7 +893,9 @@ pub fn all() -> Vec<Mutation> {
                 rule: "archived matters are gated",
                 edits: &[("WHEN m.archived THEN", "WHEN false THEN")],
             }],
-            killers: &["ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself"],
+            killers: &[
+                "ledger::ledger::a_batch_of_events_applies_each_once_and_each_decides_for_itself",
+            ],
         },
         Mutation {
             name: "refused_frame_lands_its_token",
@@ -896,7 +906,7 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("IF v_refused IS NOT NULL THEN", "IF false THEN")],
             }],
             killers: &[
-                "trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
+                "ledger::trust::a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error",
             ],
         },
         Mutation {
@@ -910,7 +920,7 @@ pub fn all() -> Vec<Mutation> {
                     "SET updated_at = updated_at",
                 )],
             }],
-            killers: &["trust::a_follow_up_lease_starts_when_the_commit_ends"],
+            killers: &["ledger::trust::a_follow_up_lease_starts_when_the_commit_ends"],
         },
         Mutation {
             name: "prune_events_takes_unpublished_facts",
@@ -924,7 +934,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
+                "ledger::retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
             ],
         },
         Mutation {
@@ -939,7 +949,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
+                "ledger::retention::only_published_consumed_events_past_the_age_go_and_they_take_their_inbox_rows",
             ],
         },
         Mutation {
@@ -953,7 +963,9 @@ pub fn all() -> Vec<Mutation> {
                     "DELETE FROM ops.domain_event_outbox o USING doomed d\n         WHERE o.event_id = d.event_id",
                 )],
             }],
-            killers: &["retention::every_retention_statement_uses_its_index_at_a_million_rows"],
+            killers: &[
+                "ledger::retention::every_retention_statement_uses_its_index_at_a_million_rows",
+            ],
         },
         Mutation {
             name: "prune_runs_takes_the_latest_run",
@@ -964,7 +976,7 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("AND n.token > r.token", "AND n.token >= r.token")],
             }],
             killers: &[
-                "retention::old_runs_go_but_each_matters_latest_run_and_every_open_run_stay",
+                "ledger::retention::old_runs_go_but_each_matters_latest_run_and_every_open_run_stay",
             ],
         },
         Mutation {
@@ -979,7 +991,7 @@ pub fn all() -> Vec<Mutation> {
                 )],
             }],
             killers: &[
-                "retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
+                "ledger::retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
             ],
         },
         Mutation {
@@ -991,17 +1003,19 @@ pub fn all() -> Vec<Mutation> {
                 edits: &[("AND o.created_at < (SELECT y.since FROM young y)", "")],
             }],
             killers: &[
-                "retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
+                "ledger::retention::frames_keep_n_keeps_each_matters_newest_frames_and_never_its_brief",
             ],
         },
     ]
 }
 
-/// For every mutation with killers in `binary` (this test binary's name): the mutation applies
-/// to a fresh database, and each of those killers, run alone with the mutation planted, fails.
-/// Reports every survivor at once.
-pub async fn assert_caught(binary: &str) {
+/// For every mutation with killers in `module` (`binary::module`, the calling test's
+/// `module_path!()`): the mutation applies to a fresh database, and each of those killers, run
+/// alone with the mutation planted by re-running this test binary, fails. Reports every
+/// survivor at once.
+pub async fn assert_caught(module: &str) {
     use diesel_async::SimpleAsyncConnection;
+    let binary = module.split("::").next().expect("binary::module");
     let exe = std::env::current_exe().expect("the test binary");
     let mut survivors = Vec::new();
     let mut killed = 0;
@@ -1009,6 +1023,7 @@ pub async fn assert_caught(binary: &str) {
         let tests: Vec<&str> = m
             .killers
             .iter()
+            .filter(|k| k.strip_prefix(module).is_some_and(|t| t.starts_with("::")))
             .filter_map(|k| k.strip_prefix(binary)?.strip_prefix("::"))
             .collect();
         if tests.is_empty() {
@@ -1048,7 +1063,7 @@ pub async fn assert_caught(binary: &str) {
         "tests that cannot see the bug they guard against:\n  {}",
         survivors.join("\n  ")
     );
-    assert!(killed > 0, "no mutation has a killer in {binary}");
+    assert!(killed > 0, "no mutation has a killer in {module}");
 }
 
 /// The settings by which the transitions read each row by its key, reset (`apply_events` and

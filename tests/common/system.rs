@@ -1,6 +1,7 @@
 //! Helpers of the tests that install briefrail into this machine as an operator would
-//! (tests/deploy.rs: the documented recipe; tests/package.rs: the Debian package).
+//! (tests/install/deploy.rs: the documented recipe; tests/install/package.rs: the Debian package).
 
+use super::free_port;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -148,14 +149,6 @@ pub fn http_status(addr: &str, path: &str) -> Option<u16> {
     let mut answer = String::new();
     s.read_to_string(&mut answer).ok()?;
     answer.split_whitespace().nth(1)?.parse().ok()
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A process killed when dropped (also when the test panics).

@@ -26,7 +26,7 @@
 //! - One pool of waiting demands that every node picks from. A real node picks among the
 //!   demands nudged to it, and reconcile re-nudges what a dead node had, so a demand reaches
 //!   some live node; the pool is what the order promises about demands competing for the same
-//!   slot. The per-node queues are tested in `tests/fairness.rs`.
+//!   slot. The per-node queues are tested in `tests/rail/fairness.rs`.
 //! - A demand is one matter's unserved demand: demands of one matter coalesce into one claim,
 //!   so a matter never competes with itself.
 //! - Pick, permit and claim are one step. The real node counts its own granted, unclaimed

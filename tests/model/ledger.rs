@@ -5,7 +5,7 @@
 //!
 //! Left out, because the model cannot tell them apart: the claim's run id beside its token
 //! (every claim here issues a fresh token, so token and identity coincide; a token number
-//! handed out twice is `tests/trust.rs`), the claimer's lease length (time is "expired or
+//! handed out twice is `tests/ledger/trust.rs`), the claimer's lease length (time is "expired or
 //! not"), the cluster a snapshot came from (one cluster), archived matters (one live matter).
 //!
 //! The flaws of the negative controls that break a statement are switched here (the others,

@@ -1,5 +1,5 @@
 -- The ledger's catalog (schemas ops and record), generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change the schema with a migration. Each function is in its own file here.
 
 --

@@ -1,5 +1,5 @@
 -- ops.claim: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.claim(p_firm uuid, p_matter uuid, p_lease_secs double precision, p_run_id uuid, p_node text, p_trace_id text, p_event_ids uuid[], p_only_unserved boolean, p_max_attempts integer)
  RETURNS bigint

@@ -1,5 +1,5 @@
 -- ops.claim_batch: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.claim_batch(p_firms uuid[], p_matters uuid[], p_lease_secs double precision[], p_run_ids uuid[], p_nodes text[], p_trace_ids text[], p_event_ids text[], p_only_unserved boolean[], p_max_attempts integer[])
  RETURNS bigint[]

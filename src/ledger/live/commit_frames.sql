@@ -1,5 +1,5 @@
 -- ops.commit_frames: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.commit_frames(p_firms uuid[], p_matters uuid[], p_tokens bigint[], p_run_ids uuid[], p_next_run_ids uuid[], p_nodes text[], p_bodies text[])
  RETURNS bigint[]

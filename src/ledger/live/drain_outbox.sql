@@ -1,5 +1,5 @@
 -- ops.drain_outbox: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.drain_outbox(p_consumer text, p_limit integer, p_heard text[])
  RETURNS TABLE(event_id uuid, firm_id uuid, matter_id uuid, traceparent text, outcome text, requested_generation bigint, recorded_ago_s double precision, demand_class text)

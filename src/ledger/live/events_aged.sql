@@ -1,5 +1,5 @@
 -- ops.events_aged: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.events_aged(p_event_ids uuid[])
  RETURNS TABLE(event_id uuid, seq bigint, firm_id uuid, matter_id uuid, event_name text, payload jsonb, traceparent text, created_at timestamp with time zone, published_at timestamp with time zone, publish_attempts integer, last_error text, next_attempt_at timestamp with time zone, xact_id bigint, republish_count integer, demand_class text, ago_s double precision)

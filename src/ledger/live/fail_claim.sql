@@ -1,5 +1,5 @@
 -- ops.fail_claim: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.fail_claim(p_firm uuid, p_matter uuid, p_token bigint, p_run_id uuid, p_error text, p_permanent boolean, p_max_attempts integer, p_backoff_base_secs double precision, p_backoff_max_secs double precision)
  RETURNS boolean

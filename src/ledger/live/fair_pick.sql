@@ -1,5 +1,5 @@
 -- ops.fair_pick: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.fair_pick(p_firms uuid[], p_classes text[], p_waited_secs double precision[], p_pending integer[], p_promote_secs double precision)
  RETURNS integer

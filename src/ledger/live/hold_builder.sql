@@ -1,5 +1,5 @@
 -- ops.hold_builder: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.hold_builder(p_secs double precision, p_reason text)
  RETURNS timestamp with time zone

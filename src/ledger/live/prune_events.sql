@@ -1,5 +1,5 @@
 -- ops.prune_events: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.prune_events(p_consumer text, p_older_than_secs double precision, p_limit integer)
  RETURNS TABLE(events bigint, inbox_rows bigint)

@@ -1,5 +1,5 @@
 -- ops.prune_frames: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.prune_frames(p_keep integer, p_young_secs double precision, p_after_firm uuid, p_after_matter uuid, p_matters integer)
  RETURNS TABLE(frames bigint, last_firm uuid, last_matter uuid)

@@ -1,5 +1,5 @@
 -- ops.prune_runs: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.prune_runs(p_older_than_secs double precision, p_limit integer)
  RETURNS bigint

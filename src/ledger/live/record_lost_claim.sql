@@ -1,5 +1,5 @@
 -- ops.record_lost_claim: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.record_lost_claim(p_firm uuid, p_matter uuid)
  RETURNS bigint

@@ -1,5 +1,5 @@
 -- ops.sweep: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.sweep(p_limit integer)
  RETURNS TABLE(firm_id uuid, matter_id uuid, token bigint)

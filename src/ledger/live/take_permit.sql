@@ -1,5 +1,5 @@
 -- ops.take_permit: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.take_permit(p_firm uuid, p_matter uuid, p_node text, p_ttl_secs double precision)
  RETURNS double precision

@@ -1,5 +1,5 @@
 -- ops.unserved: generated from a migrated database by
--- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift`.
+-- `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift`.
 -- Do not edit: change it with a migration that redefines it.
 CREATE OR REPLACE FUNCTION ops.unserved(p_max_attempts integer, p_limit integer, p_quiet_secs double precision)
  RETURNS TABLE(firm_id uuid, matter_id uuid)

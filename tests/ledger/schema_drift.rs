@@ -1,9 +1,9 @@
 //! What is generated from a migrated database must match it: `src/schema.rs` (diesel's
 //! `print-schema` layout, compared ignoring whitespace) and the live SQL in `src/ledger/live/`
 //! (each function as it runs, and the catalog). `BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace
-//! --test schema_drift` rewrites them after a migration changes.
+//! --test ledger schema_drift` rewrites them after a migration changes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
@@ -55,7 +55,7 @@ fn render(cols: &[Col]) -> String {
             .push(c);
     }
     let mut out = String::from(
-        "// @generated from the migrated database by tests/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).\n\
+        "// @generated from the migrated database by tests/ledger/schema_drift.rs (BRIEFRAIL_BLESS_SCHEMA=1).\n\
          // Do not edit by hand: that test fails when this file drifts from migrations/.\n",
     );
     for (schema, tables) in &schemas {
@@ -123,7 +123,7 @@ async fn schema_rs_matches_the_migrations() {
     assert_eq!(
         squash(&actual),
         squash(&expected),
-        "src/schema.rs drifted from migrations/. Regenerate: BRIEFRAIL_BLESS_SCHEMA=1 cargo test --test schema_drift\n\
+        "src/schema.rs drifted from migrations/. Regenerate: BRIEFRAIL_BLESS_SCHEMA=1 cargo test --test ledger schema_drift\n\
          expected:\n{expected}"
     );
 }
@@ -158,7 +158,8 @@ struct Function {
 
 /// Where the live SQL of the ledger is written out, one file per function plus the catalog.
 const LIVE_DIR: &str = "src/ledger/live";
-const REGENERATE: &str = "BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test schema_drift";
+const REGENERATE: &str =
+    "BRIEFRAIL_BLESS_SCHEMA=1 cargo test --workspace --test ledger schema_drift";
 
 /// The catalog of schemas `ops` and `record` as `pg_dump --schema-only` prints it, without the
 /// functions (each has its own file) and without the lines naming pg_dump's version.
@@ -249,6 +250,40 @@ fn first_difference(found: &str, expected: &str) -> String {
     )
 }
 
+/// The files of the live SQL directory by name (after writing `expected` there when
+/// `BRIEFRAIL_BLESS_SCHEMA` is set).
+fn live_files(expected: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(LIVE_DIR);
+    if std::env::var_os("BRIEFRAIL_BLESS_SCHEMA").is_some() {
+        std::fs::create_dir_all(&dir).expect("create the live directory");
+        for e in std::fs::read_dir(&dir)
+            .expect("read the live directory")
+            .flatten()
+        {
+            if e.path().extension().is_some_and(|x| x == "sql") {
+                std::fs::remove_file(e.path()).expect("remove a stale file");
+            }
+        }
+        for (name, text) in expected {
+            std::fs::write(dir.join(name), text).expect("write a live file");
+        }
+    }
+    let mut found = BTreeMap::new();
+    for e in std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{LIVE_DIR}: {e}; generate it: {REGENERATE}"))
+        .flatten()
+    {
+        if e.path().extension().is_some_and(|x| x == "sql") {
+            let name = e.file_name().to_string_lossy().into_owned();
+            found.insert(
+                name,
+                std::fs::read_to_string(e.path()).expect("read a live file"),
+            );
+        }
+    }
+    found
+}
+
 /// The live SQL of the ledger, readable in one place: `src/ledger/live/<function>.sql` holds
 /// each function exactly as a migrated database runs it, and `catalog.sql` the tables, indexes,
 /// constraints and triggers. Both are generated from a migrated database and this test fails
@@ -282,34 +317,7 @@ async fn the_live_sql_is_what_a_migrated_database_runs() {
         })
         .collect();
     expected.insert("catalog.sql".into(), catalog(&db.url));
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(LIVE_DIR);
-    if std::env::var_os("BRIEFRAIL_BLESS_SCHEMA").is_some() {
-        std::fs::create_dir_all(&dir).expect("create the live directory");
-        for e in std::fs::read_dir(&dir)
-            .expect("read the live directory")
-            .flatten()
-        {
-            if e.path().extension().is_some_and(|x| x == "sql") {
-                std::fs::remove_file(e.path()).expect("remove a stale file");
-            }
-        }
-        for (name, text) in &expected {
-            std::fs::write(dir.join(name), text).expect("write a live file");
-        }
-    }
-    let mut found = BTreeMap::new();
-    for e in std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{LIVE_DIR}: {e}; generate it: {REGENERATE}"))
-        .flatten()
-    {
-        if e.path().extension().is_some_and(|x| x == "sql") {
-            let name = e.file_name().to_string_lossy().into_owned();
-            found.insert(
-                name,
-                std::fs::read_to_string(e.path()).expect("read a live file"),
-            );
-        }
-    }
+    let found = live_files(&expected);
     assert_eq!(
         found.keys().collect::<Vec<_>>(),
         expected.keys().collect::<Vec<_>>(),
@@ -556,6 +564,101 @@ fn pre_release_migrations(dir: &std::path::Path) -> std::path::PathBuf {
     dir.join("migrations")
 }
 
+/// The pre-release migrations of `files`, run by diesel's harness on the database at `url` (on
+/// a thread of its own: the harness blocks); the versions applied.
+fn run_pre_release_migrations(
+    url: String,
+    files: std::path::PathBuf,
+) -> Result<Vec<String>, String> {
+    use diesel_async::AsyncPgConnection;
+    use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+    use diesel_migrations::{FileBasedMigrations, MigrationHarness};
+    std::thread::spawn(move || -> Result<Vec<String>, String> {
+        let mut c =
+            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
+                .map_err(|e| e.to_string())?;
+        let source = FileBasedMigrations::from_path(&files).map_err(|e| e.to_string())?;
+        let done = c
+            .run_pending_migrations(source)
+            .map_err(|e| format!("the pre-release migrations: {e}"))?;
+        Ok(done.iter().map(|v| v.to_string()).collect())
+    })
+    .join()
+    .expect("the migration thread")
+}
+
+/// The versions the migrations table of the database at `url` records, in order.
+async fn versions(url: &str) -> Result<Vec<String>, String> {
+    use diesel_async::{AsyncConnection as _, AsyncPgConnection};
+    let mut c = AsyncPgConnection::establish(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    #[derive(diesel::QueryableByName)]
+    struct V {
+        #[diesel(sql_type = Text)]
+        version: String,
+    }
+    diesel::sql_query("SELECT version::text AS version FROM __diesel_schema_migrations ORDER BY 1")
+        .load::<V>(&mut c)
+        .await
+        .map(|v| v.into_iter().map(|v| v.version).collect::<Vec<_>>())
+        .map_err(|e| e.to_string())
+}
+
+/// Every pre-release version's row back (from the temp table `gone` on `c`): the database at
+/// `url` is adopted by the baseline, and its catalog (`built`) does not change; a second
+/// `migrate` has nothing to do.
+async fn adopt_every_pre_release_version(
+    c: &mut diesel_async::AsyncPgConnection,
+    url: &str,
+    built: &str,
+) -> Result<(), String> {
+    use briefrail::db::baseline::{BASELINE, PRE_RELEASE};
+    use briefrail::db::migrate::{self, MigrationState};
+    use diesel_async::SimpleAsyncConnection;
+    // All of them: adopted, and nothing of the catalog changes.
+    c.batch_execute("INSERT INTO __diesel_schema_migrations SELECT * FROM gone")
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = migrate::status(url).await.map_err(|e| e.to_string())?;
+    let squashed = status
+        .iter()
+        .filter(|m| matches!(m.state, MigrationState::PreRelease { .. }))
+        .count();
+    if squashed != PRE_RELEASE.len() {
+        return Err(format!(
+            "status shows {squashed} pre-release versions: {status:?}"
+        ));
+    }
+    if migrate::require_current(url).await.is_ok() {
+        return Err("a pre-release database passed as current before `migrate`".into());
+    }
+    let ran = migrate::run_pending(url).await.map_err(|e| e.to_string())?;
+    if ran != [BASELINE] {
+        return Err(format!("adopting answered {ran:?}, not the baseline"));
+    }
+    let mut recorded = PRE_RELEASE.to_vec();
+    recorded.push(BASELINE);
+    if versions(url).await? != recorded {
+        return Err(
+            "after adoption the versions recorded are not the squashed ones and the baseline"
+                .into(),
+        );
+    }
+    if dump(url, true) != built {
+        return Err("adoption changed the catalog".into());
+    }
+    migrate::require_current(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    // And again: nothing to do.
+    let again = migrate::run_pending(url).await.map_err(|e| e.to_string())?;
+    if !again.is_empty() {
+        return Err(format!("a second `migrate` applied {again:?}"));
+    }
+    Ok(())
+}
+
 /// A database the pre-release migrations built (by diesel's harness, from their files in git
 /// history, as a pre-release `briefrail migrate` did) has exactly the baseline's catalog, so
 /// `briefrail migrate` adopts it: the baseline is recorded without running, beside the squashed
@@ -569,11 +672,9 @@ fn pre_release_migrations(dir: &std::path::Path) -> std::path::PathBuf {
 #[tokio::test]
 async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
     use briefrail::db::admin;
-    use briefrail::db::baseline::{BASELINE, PRE_RELEASE};
-    use briefrail::db::migrate::{self, MigrationState};
-    use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+    use briefrail::db::baseline::PRE_RELEASE;
+    use briefrail::db::migrate;
     use diesel_async::{AsyncConnection as _, AsyncPgConnection, SimpleAsyncConnection};
-    use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 
     let scratch = common::scratch_dir("pre-release-migrations");
     let files = pre_release_migrations(&scratch);
@@ -586,21 +687,7 @@ async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
     admin::create_database_if_missing(&url)
         .await
         .expect("create an empty database");
-    let applied = {
-        let url = url.clone();
-        std::thread::spawn(move || -> Result<Vec<String>, String> {
-            let mut c =
-                <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
-                    .map_err(|e| e.to_string())?;
-            let source = FileBasedMigrations::from_path(&files).map_err(|e| e.to_string())?;
-            let done = c
-                .run_pending_migrations(source)
-                .map_err(|e| format!("the pre-release migrations: {e}"))?;
-            Ok(done.iter().map(|v| v.to_string()).collect())
-        })
-        .join()
-        .expect("the migration thread")
-    };
+    let applied = run_pre_release_migrations(url.clone(), files);
     let outcome = async {
         let applied = applied?;
         if applied != PRE_RELEASE {
@@ -618,21 +705,6 @@ async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
                 first_difference(&without_rule_markers(&built), &expected)
             ));
         }
-        let versions = |url: String| async move {
-            let mut c = AsyncPgConnection::establish(&url)
-                .await
-                .map_err(|e| e.to_string())?;
-            #[derive(diesel::QueryableByName)]
-            struct V {
-                #[diesel(sql_type = Text)]
-                version: String,
-            }
-            diesel::sql_query("SELECT version::text AS version FROM __diesel_schema_migrations ORDER BY 1")
-                .load::<V>(&mut c)
-                .await
-                .map(|v| v.into_iter().map(|v| v.version).collect::<Vec<_>>())
-                .map_err(|e| e.to_string())
-        };
 
         // Part-way: the newest four versions' rows gone. Refused, naming the last it has.
         let mut c = AsyncPgConnection::establish(&url)
@@ -656,43 +728,11 @@ async fn the_baseline_adopts_a_database_the_pre_release_migrations_built() {
                 return Err(format!("the refusal does not name {needle:?}: {refused}"));
             }
         }
-        if versions(url.clone()).await? != PRE_RELEASE[..20] {
+        if versions(&url).await? != PRE_RELEASE[..20] {
             return Err("the refusal changed the migrations table".into());
         }
 
-        // All of them: adopted, and nothing of the catalog changes.
-        c.batch_execute("INSERT INTO __diesel_schema_migrations SELECT * FROM gone")
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = migrate::status(&url).await.map_err(|e| e.to_string())?;
-        let squashed = status
-            .iter()
-            .filter(|m| matches!(m.state, MigrationState::PreRelease { .. }))
-            .count();
-        if squashed != PRE_RELEASE.len() {
-            return Err(format!("status shows {squashed} pre-release versions: {status:?}"));
-        }
-        if migrate::require_current(&url).await.is_ok() {
-            return Err("a pre-release database passed as current before `migrate`".into());
-        }
-        let ran = migrate::run_pending(&url).await.map_err(|e| e.to_string())?;
-        if ran != [BASELINE] {
-            return Err(format!("adopting answered {ran:?}, not the baseline"));
-        }
-        let mut recorded = PRE_RELEASE.to_vec();
-        recorded.push(BASELINE);
-        if versions(url.clone()).await? != recorded {
-            return Err("after adoption the versions recorded are not the squashed ones and the baseline".into());
-        }
-        if dump(&url, true) != built {
-            return Err("adoption changed the catalog".into());
-        }
-        migrate::require_current(&url).await.map_err(|e| e.to_string())?;
-        // And again: nothing to do.
-        let again = migrate::run_pending(&url).await.map_err(|e| e.to_string())?;
-        if !again.is_empty() {
-            return Err(format!("a second `migrate` applied {again:?}"));
-        }
+        adopt_every_pre_release_version(&mut c, &url, &built).await?;
         Ok::<(), String>(())
     }
     .await;

@@ -1,10 +1,10 @@
 //! The command line as an operator uses it: real binary, real database, exit codes.
 
-mod common;
+use crate::common::{self, free_port};
 
 use std::process::Command;
 
-use common::shell::{briefrail, ok};
+use crate::common::shell::{briefrail, ok};
 
 use briefrail::db::admin;
 use briefrail::testing::{TestDb, server_url};
@@ -310,15 +310,6 @@ fn briefrail_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// A port nothing listens on (bound, read, released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The env of a `run` that needs no broker and no fixed port.
@@ -673,6 +664,62 @@ fn libc_sigpipe() -> i32 {
     13
 }
 
+/// `rail limits` sets what is given, keeps the rest, `none` lifts one; `rail status` shows a
+/// builder's hold until `rail release-builder`; a bad limit exits 2 naming it.
+async fn the_rail_limits_from_the_shell(db: &TestDb) {
+    let set = ok(&briefrail(
+        &db.url,
+        &[
+            "rail",
+            "limits",
+            "--max-running",
+            "8",
+            "--starts-per-minute",
+            "120",
+        ],
+    ));
+    assert!(
+        set.contains("max_running 8; starts_per_minute 120"),
+        "{set}"
+    );
+    let lifted = ok(&briefrail(
+        &db.url,
+        &["rail", "limits", "--starts-per-minute", "none"],
+    ));
+    assert!(
+        lifted.contains("max_running 8; starts_per_minute none"),
+        "{lifted}"
+    );
+    let mut c = db.pool.get().await.unwrap();
+    briefrail::ledger::limits::hold_builder(
+        &mut c,
+        std::time::Duration::from_secs(600),
+        "429 from the model",
+    )
+    .await
+    .unwrap();
+    let status = ok(&briefrail(&db.url, &["rail", "status"]));
+    assert!(
+        status.contains("builder held for") && status.contains("429 from the model"),
+        "{status}"
+    );
+    ok(&briefrail(&db.url, &["rail", "release-builder"]));
+    assert!(ok(&briefrail(&db.url, &["rail", "status"])).contains("builder not held"));
+    for (args, named) in [
+        (vec!["rail", "limits", "--max-running", "0"], "at least 1"),
+        (vec!["rail", "limits", "--max-running", "many"], "many"),
+        (
+            vec!["rail", "limits", "--max-running", "100001"],
+            "max_running",
+        ),
+    ] {
+        let out = briefrail(&db.url, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+}
+
 /// `firm` and `rail`: an operator names and weighs a firm by its id, then pauses it by its
 /// name; `firm list` shows it; a bulk request is background work; bad input is named.
 #[tokio::test]
@@ -740,57 +787,7 @@ async fn an_operator_names_weighs_and_pauses_a_firm() {
     ok(&briefrail(&db.url, &["rail", "resume"]));
 
     // The limits toward the builder: set what is given, keep the rest, `none` lifts one.
-    let set = ok(&briefrail(
-        &db.url,
-        &[
-            "rail",
-            "limits",
-            "--max-running",
-            "8",
-            "--starts-per-minute",
-            "120",
-        ],
-    ));
-    assert!(
-        set.contains("max_running 8; starts_per_minute 120"),
-        "{set}"
-    );
-    let lifted = ok(&briefrail(
-        &db.url,
-        &["rail", "limits", "--starts-per-minute", "none"],
-    ));
-    assert!(
-        lifted.contains("max_running 8; starts_per_minute none"),
-        "{lifted}"
-    );
-    let mut c = db.pool.get().await.unwrap();
-    briefrail::ledger::limits::hold_builder(
-        &mut c,
-        std::time::Duration::from_secs(600),
-        "429 from the model",
-    )
-    .await
-    .unwrap();
-    let status = ok(&briefrail(&db.url, &["rail", "status"]));
-    assert!(
-        status.contains("builder held for") && status.contains("429 from the model"),
-        "{status}"
-    );
-    ok(&briefrail(&db.url, &["rail", "release-builder"]));
-    assert!(ok(&briefrail(&db.url, &["rail", "status"])).contains("builder not held"));
-    for (args, named) in [
-        (vec!["rail", "limits", "--max-running", "0"], "at least 1"),
-        (vec!["rail", "limits", "--max-running", "many"], "many"),
-        (
-            vec!["rail", "limits", "--max-running", "100001"],
-            "max_running",
-        ),
-    ] {
-        let out = briefrail(&db.url, &args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(named), "{args:?}: {stderr}");
-    }
+    the_rail_limits_from_the_shell(&db).await;
 }
 
 /// A config file with a database nothing listens on, named so its error shows it was read.

@@ -4,7 +4,7 @@
 //! `chromium` and `chromium-driver` (`.ci/run` installs them); without them the test fails and
 //! says so. `BRIEFRAIL_SCREENSHOT=path.png` saves the matter page (the README's picture).
 
-mod common;
+use crate::common::{self, free_port};
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -38,14 +38,6 @@ impl Drop for Driver {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn driver() -> Driver {
@@ -355,12 +347,11 @@ async fn flaky_node(id: &str) -> (TestDb, Node, String, Arc<AtomicBool>) {
     (db, node, base, poisoned)
 }
 
-#[actix_rt::test]
-async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
-    let (db, node, base, poisoned) = flaky_node("node-a").await;
-    let firm = Uuid::new_v4();
+/// Matters of `firm`: "Acme Corp. v. Globex LLC" with three dated documents, served (fresh),
+/// and one whose builds fail while the node's builder is poisoned, out of retries.
+async fn acme_and_a_stuck_matter(db: &TestDb, firm: Uuid) -> (Uuid, Uuid) {
     let acme = matter(
-        &db,
+        db,
         firm,
         "Acme Corp. v. Globex LLC",
         &[
@@ -383,7 +374,7 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     )
     .await;
     let stuck = matter(
-        &db,
+        db,
         firm,
         "Poisoned Holdings v. Initech",
         &[("Memo", "2024-05-01", "A memo.")],
@@ -404,10 +395,12 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
         }
     })
     .await;
+    (acme, stuck)
+}
 
-    let driver = driver().await;
-    let b = Browser::open(&driver).await;
-    // A page without a session lands on the login form; the token logs in and returns there.
+/// `/matters` without a session lands on the login form; a wrong token is refused, the
+/// right one logs in and returns there.
+async fn log_in_from_a_page_without_a_session(b: &Browser<'_>, base: &str) {
     b.go(&format!("{base}/matters")).await;
     assert!(
         b.url().await.contains("/login?next=/matters"),
@@ -423,6 +416,18 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     b.type_into("#token", TOKEN).await;
     b.click("button[type=submit]").await;
     b.wait_url("/matters", |u| u.ends_with("/matters")).await;
+}
+
+#[actix_rt::test]
+async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another() {
+    let (db, node, base, poisoned) = flaky_node("node-a").await;
+    let firm = Uuid::new_v4();
+    let (acme, stuck) = acme_and_a_stuck_matter(&db, firm).await;
+
+    let driver = driver().await;
+    let b = Browser::open(&driver).await;
+    // A page without a session lands on the login form; the token logs in and returns there.
+    log_in_from_a_page_without_a_session(&b, &base).await;
 
     // Search by title, open the matter.
     b.type_into("input[name=q]", "globex").await;
@@ -493,11 +498,8 @@ async fn an_operator_logs_in_finds_a_matter_reads_its_brief_and_retries_another(
     node.shutdown_within(Duration::from_secs(2)).await;
 }
 
-/// The firms page: an operator names a firm, pauses it (its upload waits while another firm's
-/// is built), and resumes it (the waiting upload is built), all by clicking.
-#[actix_rt::test]
-async fn an_operator_names_pauses_and_resumes_a_firm() {
-    let db = TestDb::new(8).await.unwrap();
+/// A node `node-firms` serving the console, whose builder succeeds, with the embedded transport.
+async fn firms_node(db: &TestDb) -> Node {
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
     s.transport.kind = TransportKind::Postgres;
@@ -505,7 +507,7 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
     s.http.bind = "127.0.0.1:0".into();
     s.http.token = TOKEN.into();
     s.node.id = "node-firms".into();
-    let node = Node::builder(
+    Node::builder(
         Arc::new(s),
         Arc::new(common::flaky::Flaky {
             poisoned: Arc::new(AtomicBool::new(false)),
@@ -515,37 +517,23 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
     .surface(briefrail::surface::http::admin())
     .start()
     .await
-    .unwrap();
-    let base = format!("http://{}", node.surface_addr().unwrap());
-    let (paused_firm, other_firm) = (Uuid::new_v4(), Uuid::new_v4());
-    let first = matter(
-        &db,
-        paused_firm,
-        "Initech v. Hooli",
-        &[("Memo", "2024-05-01", "A.")],
-    )
-    .await;
-    let state = |firm: Uuid, m: Uuid| {
-        let db = &db;
-        async move {
-            let mut c = db.pool.get().await.unwrap();
-            briefrail::ledger::matters::state_of(&mut c, firm, m, 5)
-                .await
-                .unwrap()
-        }
-    };
-    use briefrail::ledger::matters::MatterState::Fresh;
-    common::eventually(Duration::from_secs(20), "the first Brief", || async {
-        (state(paused_firm, first).await == Some(Fresh)).then_some(())
-    })
-    .await;
+    .unwrap()
+}
 
-    let driver = driver().await;
-    let b = Browser::open(&driver).await;
-    b.go(&format!("{base}/login?next=/firms")).await;
-    b.type_into("#token", TOKEN).await;
-    b.click("button[type=submit]").await;
-    b.wait_url("/firms", |u| u.ends_with("/firms")).await;
+/// The state of the matter.
+async fn state(
+    db: &TestDb,
+    firm: Uuid,
+    m: Uuid,
+) -> Option<briefrail::ledger::matters::MatterState> {
+    let mut c = db.pool.get().await.unwrap();
+    briefrail::ledger::matters::state_of(&mut c, firm, m, 5)
+        .await
+        .unwrap()
+}
+
+/// On the firms page: the firm named "Initech Legal", then paused.
+async fn name_and_pause(b: &Browser<'_>, paused_firm: Uuid) {
     let id = paused_firm.to_string();
     b.wait_text("#firms", "the firm's row", |t| t.contains(&id))
         .await;
@@ -559,6 +547,36 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
         .await;
     b.wait_text("#firms", "paused", |t| t.contains("paused"))
         .await;
+}
+
+/// The firms page: an operator names a firm, pauses it (its upload waits while another firm's
+/// is built), and resumes it (the waiting upload is built), all by clicking.
+#[actix_rt::test]
+async fn an_operator_names_pauses_and_resumes_a_firm() {
+    let db = TestDb::new(8).await.unwrap();
+    let node = firms_node(&db).await;
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let (paused_firm, other_firm) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = matter(
+        &db,
+        paused_firm,
+        "Initech v. Hooli",
+        &[("Memo", "2024-05-01", "A.")],
+    )
+    .await;
+    use briefrail::ledger::matters::MatterState::Fresh;
+    common::eventually(Duration::from_secs(20), "the first Brief", || async {
+        (state(&db, paused_firm, first).await == Some(Fresh)).then_some(())
+    })
+    .await;
+
+    let driver = driver().await;
+    let b = Browser::open(&driver).await;
+    b.go(&format!("{base}/login?next=/firms")).await;
+    b.type_into("#token", TOKEN).await;
+    b.click("button[type=submit]").await;
+    b.wait_url("/firms", |u| u.ends_with("/firms")).await;
+    name_and_pause(&b, paused_firm).await;
     // A pause reaches every node within `admission::PAUSE_REFRESH` (the documented bound).
     tokio::time::sleep(briefrail::actors::admission::PAUSE_REFRESH + Duration::from_millis(500))
         .await;
@@ -581,12 +599,12 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
     common::eventually(
         Duration::from_secs(20),
         "the other firm's Brief",
-        || async { (state(other_firm, other).await == Some(Fresh)).then_some(()) },
+        || async { (state(&db, other_firm, other).await == Some(Fresh)).then_some(()) },
     )
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_ne!(
-        state(paused_firm, waiting).await,
+        state(&db, paused_firm, waiting).await,
         Some(Fresh),
         "a paused firm's upload was built"
     );
@@ -613,7 +631,7 @@ async fn an_operator_names_pauses_and_resumes_a_firm() {
     common::eventually(
         Duration::from_secs(20),
         "the resumed firm's Brief",
-        || async { (state(paused_firm, waiting).await == Some(Fresh)).then_some(()) },
+        || async { (state(&db, paused_firm, waiting).await == Some(Fresh)).then_some(()) },
     )
     .await;
     let mut c = db.pool.get().await.unwrap();

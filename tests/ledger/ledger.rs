@@ -1,7 +1,7 @@
 //! The ledger's guarantees (PROTOCOL.md), against a real Postgres, one database per test.
 //! Races are real: many tasks on many pooled connections, released together by a barrier.
 
-mod common;
+use crate::common;
 
 use briefrail::ledger::{ClaimKind, RunOutcome, RunStatus};
 use std::sync::Arc;
@@ -1360,6 +1360,44 @@ async fn a_covered_demand_still_restarts_the_retries_of_a_failing_matter() {
     );
 }
 
+/// What each member of the batch of [`a_batch_of_events_applies_each_once_and_each_decides_for_itself`]
+/// answers, in order: the live matter's demand, its duplicate, an unheard event, a gated one
+/// (matter not in the record), a refused lie and a refused forgery.
+fn assert_first_batch(first: &[briefrail::ledger::inbox::Applied], len: usize, live: Uuid) {
+    use briefrail::ledger::inbox::Applied;
+    assert_eq!(first.len(), len, "{first:?}");
+    assert!(
+        matches!(&first[0], Applied::Demand { requested_generation: 1, fact } if fact.matter_id == live),
+        "the live matter's event records its demand: {:?}",
+        first[0]
+    );
+    assert!(
+        matches!(&first[1], Applied::Duplicate(f) if f.matter_id == live),
+        "its second copy in the batch: {:?}",
+        first[1]
+    );
+    assert!(
+        matches!(&first[2], Applied::NotHeard(_)),
+        "matter.archived is not heard: {:?}",
+        first[2]
+    );
+    assert!(
+        matches!(&first[3], Applied::Gated(r) if r.contains("not in the record")),
+        "{:?}",
+        first[3]
+    );
+    assert!(
+        matches!(&first[4], Applied::Refused(r) if r.contains("matter_id")),
+        "a message that disagrees with its row: {:?}",
+        first[4]
+    );
+    assert!(
+        matches!(&first[5], Applied::Refused(r) if r.contains("not in the ledger's outbox")),
+        "{:?}",
+        first[5]
+    );
+}
+
 /// The trigger in batches (`inbox::apply_batch`, `ops.apply_events`): each message of a batch
 /// decides for itself, the same event twice in one batch counts once, a refusal stops nothing
 /// else, and the batch applied again has no second effect.
@@ -1414,37 +1452,7 @@ async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
     let first = inbox::apply_batch(&mut c, BRIEF_RAIL, &batch)
         .await
         .unwrap();
-    assert_eq!(first.len(), batch.len(), "{first:?}");
-    assert!(
-        matches!(&first[0], Applied::Demand { requested_generation: 1, fact } if fact.matter_id == live),
-        "the live matter's event records its demand: {:?}",
-        first[0]
-    );
-    assert!(
-        matches!(&first[1], Applied::Duplicate(f) if f.matter_id == live),
-        "its second copy in the batch: {:?}",
-        first[1]
-    );
-    assert!(
-        matches!(&first[2], Applied::NotHeard(_)),
-        "matter.archived is not heard: {:?}",
-        first[2]
-    );
-    assert!(
-        matches!(&first[3], Applied::Gated(r) if r.contains("not in the record")),
-        "{:?}",
-        first[3]
-    );
-    assert!(
-        matches!(&first[4], Applied::Refused(r) if r.contains("matter_id")),
-        "a message that disagrees with its row: {:?}",
-        first[4]
-    );
-    assert!(
-        matches!(&first[5], Applied::Refused(r) if r.contains("not in the ledger's outbox")),
-        "{:?}",
-        first[5]
-    );
+    assert_first_batch(&first, batch.len(), live);
     let again = inbox::apply_batch(&mut c, BRIEF_RAIL, &batch[..4])
         .await
         .unwrap();
@@ -1612,7 +1620,7 @@ async fn a_claim_handed_back_at_shutdown_is_released_not_failed() {
 /// that names a killer in this binary makes each of those killers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("ledger").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// A TCP proxy to the test server that, when armed, forwards the next `COMMIT` and then cuts
@@ -1793,6 +1801,20 @@ async fn in_a_transaction_block(c: &mut diesel_async::AsyncPgConnection) -> bool
     .expect("read the probe")
 }
 
+/// The frame of `claim`'s token on the matter is the one its run landed.
+async fn assert_landed_by(
+    c: &mut diesel_async::AsyncPgConnection,
+    firm: Uuid,
+    matter: Uuid,
+    claim: &Claim,
+) {
+    let frame = reads::frame_meta(c, firm, matter, claim.token)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(frame.run_id, claim.run_id);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
     use std::sync::atomic::Ordering;
@@ -1822,11 +1844,7 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
         "the proxy cut the COMMIT's answer"
     );
     assert_eq!(landed, Landed::Idle);
-    let frame = reads::frame_meta(&mut c, firm, matter, claim.token)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(frame.run_id, claim.run_id);
+    assert_landed_by(&mut c, firm, matter, &claim).await;
 
     // With demands piled up: the settled commit hands back the follow-up it claimed.
     let claim = won(&db, firm, matter).await;
@@ -1862,11 +1880,7 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
         3
     );
     assert_eq!(landed, Landed::Idle);
-    let frame = reads::frame_meta(&mut c, firm, matter, claim.token)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(frame.run_id, claim.run_id);
+    assert_landed_by(&mut c, firm, matter, &claim).await;
 
     // Through the commit queue (a batch, as a node commits): the answer of the batch's COMMIT is
     // lost; each member settles it from the ledger.
@@ -1896,12 +1910,9 @@ async fn a_commit_whose_answer_is_lost_is_settled_by_reading_the_frame() {
         "the proxy cut a batch's COMMIT"
     );
     for (claim, landed) in claims.iter().zip(landed) {
+        let claim = *claim;
         assert_eq!(landed.expect("settled from the ledger"), Landed::Idle);
-        let frame = reads::frame_meta(&mut c, firm, claim.matter_id, claim.token)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(frame.run_id, claim.run_id);
+        assert_landed_by(&mut c, firm, claim.matter_id, &claim).await;
     }
 }
 

@@ -6,7 +6,7 @@
 //! batch), and a claim batch whose answer is lost is settled by its run ids. Against a real
 //! Postgres, one database per test.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -876,7 +876,7 @@ async fn both_forms_of_a_claim_batch_write_what_each_claim_alone_would() {
 /// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("batches").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// An embedder spawns commits on a multi-threaded runtime: a [`Commit`]'s attempt, and both

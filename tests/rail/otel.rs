@@ -7,24 +7,22 @@
 //! library's layer to a subscriber as an embedding application does, the others run
 //! `briefrail run` as users do.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::{self, eventually, scratch_dir, spawn_node};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::builders::{BuildContext, Builder};
 use briefrail::config::{Settings, TransportKind};
-use briefrail::ledger::facts::{self, NewDocument};
+use briefrail::ledger::facts;
 use briefrail::ledger::outbox::{self, NewEvent};
 use briefrail::ledger::{EventName, Frame, RunOutcome, reads};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use briefrail::trace::Traceparent;
-use common::{eventually, scratch_dir, spawn_node};
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
 use serde_json::Value;
@@ -170,12 +168,8 @@ fn decode(s: &Value) -> Span {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn link_of(tp: &Traceparent) -> (String, String) {
-    (hex(&tp.trace_id), hex(&tp.span_id))
+    (common::hex(&tp.trace_id), common::hex(&tp.span_id))
 }
 
 /// A node on `db` with the embedded transport, exporting to `collector`, with the library's
@@ -291,11 +285,13 @@ async fn a_build_span_joins_the_uploads_trace_and_links_every_demand_it_served()
         );
     }
     // The trace of the upload that caused it, as a child of the upload's span...
-    assert_eq!(span.trace_id, hex(&uploads[0].trace_id));
-    assert_eq!(span.parent_span_id, Some(hex(&uploads[0].span_id)));
+    assert_eq!(span.trace_id, common::hex(&uploads[0].trace_id));
+    assert_eq!(span.parent_span_id, Some(common::hex(&uploads[0].span_id)));
     assert_eq!(span.span_id.len(), 16);
     assert!(
-        uploads.iter().all(|u| hex(&u.span_id) != span.span_id),
+        uploads
+            .iter()
+            .all(|u| common::hex(&u.span_id) != span.span_id),
         "a span id of its own"
     );
     // ...linked to exactly the demands the run served, by their ledger trace context.
@@ -328,7 +324,7 @@ async fn a_build_span_joins_the_uploads_trace_and_links_every_demand_it_served()
         .unwrap();
     let created_tp = Traceparent::parse(created_tp[0].1.as_deref().unwrap()).unwrap();
     let span1 = build_span(&collector, first.run_id).await;
-    assert_eq!(span1.trace_id, hex(&created_tp.trace_id));
+    assert_eq!(span1.trace_id, common::hex(&created_tp.trace_id));
     assert_eq!(span1.links, vec![link_of(&created_tp)]);
 
     for r in collector.requests() {
@@ -392,25 +388,13 @@ async fn a_failed_build_is_an_error_span() {
     collector.stop.stop(false).await;
 }
 
-async fn add_document(db: &TestDb, firm: Uuid, title: &str) -> Uuid {
+async fn matter_with_a_document(db: &TestDb, firm: Uuid, title: &str) -> Uuid {
     let mut c = db.pool.get().await.unwrap();
     let matter = Uuid::new_v4();
     facts::create_matter(&mut c, firm, matter, title)
         .await
         .unwrap();
-    facts::add_document(
-        &mut c,
-        NewDocument {
-            document_id: Uuid::new_v4(),
-            firm_id: firm,
-            matter_id: matter,
-            title: "Deposition".into(),
-            dated: None,
-            body: "The witness saw the truck. It was red.".into(),
-        },
-    )
-    .await
-    .unwrap();
+    common::add_document(&mut c, firm, matter, "Deposition").await;
     matter
 }
 
@@ -444,7 +428,7 @@ async fn with_the_collector_unreachable_the_node_still_lands_the_brief_and_warns
     let firm = Uuid::new_v4();
     let mut matters = Vec::new();
     for i in 0..3 {
-        matters.push(add_document(&db, firm, &format!("Down {i} v. Away")).await);
+        matters.push(matter_with_a_document(&db, firm, &format!("Down {i} v. Away")).await);
         // Each build exports (and fails) on its own.
         let m = matters[i];
         eventually(Duration::from_secs(30), "the Brief lands", || {
@@ -495,7 +479,7 @@ async fn briefrail_run_exports_the_build_span_and_flushes_it_at_shutdown() {
         ],
     );
     let firm = Uuid::new_v4();
-    let matter = add_document(&db, firm, "Flushed v. Shutdown").await;
+    let matter = matter_with_a_document(&db, firm, "Flushed v. Shutdown").await;
     let frame = eventually(Duration::from_secs(30), "the Brief lands", || {
         landed(&db, firm, matter)
     })
@@ -534,7 +518,7 @@ async fn briefrail_run_exports_the_build_span_and_flushes_it_at_shutdown() {
     let tps = reads::event_traceparents(&mut c, &served).await.unwrap();
     assert!(!tps.is_empty());
     let first = Traceparent::parse(tps[0].1.as_deref().unwrap()).unwrap();
-    assert_eq!(span.trace_id, hex(&first.trace_id));
+    assert_eq!(span.trace_id, common::hex(&first.trace_id));
     assert_eq!(span.links.len(), tps.len());
     collector.stop.stop(false).await;
 }

@@ -2,12 +2,11 @@
 //! `command` builder's failures and its child killed when fenced, the `http` builder's
 //! statuses and timeouts.
 
-mod common;
-
 use briefrail::ledger::{ClaimKind, RunOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::eventually;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use briefrail::actors::Nudge;
 use briefrail::builders::{
@@ -20,7 +19,6 @@ use briefrail::ledger::{RunRow, reads};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use common::eventually;
 use uuid::Uuid;
 
 async fn matter_with_documents(db: &TestDb) -> (Uuid, Uuid) {

@@ -6,7 +6,7 @@
 //!
 //! Each rule has a planted bug in `common::mutations` that a test here must catch.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -245,7 +245,7 @@ async fn limits_out_of_range_are_refused_naming_them() {
 
 #[tokio::test]
 async fn every_limit_rule_has_a_test_that_catches_its_planted_bug() {
-    common::mutations::assert_caught("limits").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// What the nodes' builds did: how many ran at once at most, and when each started.

@@ -3,12 +3,13 @@
 //! retry of a matter out of retries, dead letters replayed and discarded, nodes alive and gone,
 //! and a released run that is not a failure.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::common::eventually;
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::matters::MatterState;
@@ -17,7 +18,6 @@ use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
 use chrono::NaiveDate;
-use common::eventually;
 use uuid::Uuid;
 
 const TOKEN: &str = "console-admin-token";
@@ -181,14 +181,9 @@ async fn wait_state(db: &TestDb, firm: Uuid, matter: Uuid, want: MatterState) {
     .await;
 }
 
-#[actix_rt::test]
-async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
-    let c = console(TOKEN).await;
-    let base = &c.base;
-    let firm = Uuid::new_v4();
-    let matter = matter_with_documents(&c.db, firm, "Acme v. Globex", &[]).await;
-
-    // Without a session: every page redirects to the login form, remembering where it was.
+/// Without a session every page redirects to the login form, which remembers where it was;
+/// an off-site `next` is not followed, nor one a browser would turn into one (it drops tabs).
+async fn assert_no_session_is_sent_to_login(base: &str, firm: Uuid, matter: Uuid) {
     for path in [
         "/",
         "/matters?q=acme",
@@ -227,6 +222,128 @@ async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
         .await
         .unwrap();
     assert_eq!(header(&r, "location"), "/", "a tab in next");
+}
+
+/// The JSON API keeps bearer tokens, the scheme in any case; a session cookie does not open it.
+async fn assert_the_api_wants_a_bearer_token(base: &str, firm: Uuid, matter: Uuid, cookie: &str) {
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let r = client()
+            .get(format!("{base}/api/firms/{firm}/matters/{matter}"))
+            .insert_header(("authorization", format!("{scheme} {TOKEN}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+    let r = client()
+        .get(format!("{base}/api/firms/{firm}/matters/{matter}"))
+        .insert_header(("cookie", cookie.to_owned()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+/// A state-changing form without the session's CSRF token, or from another site, is refused
+/// and records nothing; with both, the demand is recorded and the page says so; a notice is a
+/// code, never text from the link.
+async fn assert_forms_need_the_csrf_token_and_this_origin(
+    db: &TestDb,
+    base: &str,
+    firm: Uuid,
+    matter: Uuid,
+    cookie: &str,
+    csrf: &str,
+) {
+    let rebuild = format!("{base}/firms/{firm}/matters/{matter}/rebuild");
+    let events_before = count_events(db, matter).await;
+    for (origin, token) in [
+        (None, ""),
+        (None, "wrong"),
+        (Some("http://evil.example"), csrf),
+    ] {
+        let mut req = client()
+            .post(&rebuild)
+            .insert_header(("cookie", cookie.to_owned()));
+        if let Some(o) = origin {
+            req = req.insert_header(("origin", o));
+        }
+        let r = req.send_form(&[("csrf", token)]).await.unwrap();
+        assert_eq!(r.status(), 403, "origin {origin:?} csrf {token:?}");
+    }
+    let r = client()
+        .post(&rebuild)
+        .send_form(&[("csrf", csrf)])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "no session at all");
+    assert_eq!(count_events(db, matter).await, events_before);
+    // With both: the demand is recorded, and the page says so.
+    let r = client()
+        .post(&rebuild)
+        .insert_header(("cookie", cookie.to_owned()))
+        .insert_header(("origin", base))
+        .send_form(&[("csrf", csrf)])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to = header(&r, "location");
+    assert!(to.contains("notice=rebuild-requested&ref="), "{to}");
+    let (_, page) = get(base, cookie, &to).await;
+    assert!(page.contains("Rebuild requested (event "), "{page}");
+    // A notice is a code, never text from the link: a crafted one says nothing.
+    let (_, page) = get(
+        base,
+        cookie,
+        &format!("/firms/{firm}/matters/{matter}?notice=Call%20support%20at%20evil.example"),
+    )
+    .await;
+    assert!(
+        !page.contains("evil.example") && !page.contains("class=\"notice\""),
+        "{page}"
+    );
+    assert_eq!(count_events(db, matter).await, events_before + 1);
+}
+
+/// 405 with Allow for a wrong method; 413 past the body limit.
+async fn assert_wrong_methods_and_big_bodies_are_refused(base: &str, firm: Uuid, matter: Uuid) {
+    for (method, path, allow) in [
+        ("PUT", "/matters", "GET"),
+        ("POST", "/healthz", "GET"),
+        ("DELETE", "/login", "GET, POST"),
+        ("GET", "/logout", "POST"),
+        (
+            "GET",
+            &format!("/api/firms/{firm}/matters/{matter}/brief-requests") as &str,
+            "POST",
+        ),
+    ] {
+        let r = client()
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method} {path}");
+        assert_eq!(header(&r, "allow"), allow, "{method} {path}");
+    }
+    let big = "x".repeat(20 * 1024);
+    let r = client()
+        .post(format!("{base}/login"))
+        .send_form(&[("token", big.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+}
+
+#[actix_rt::test]
+async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&c.db, firm, "Acme v. Globex", &[]).await;
+
+    // Without a session: every page redirects to the login form, remembering where it was.
+    assert_no_session_is_sent_to_login(base, firm, matter).await;
 
     // A wrong token: 401, the form again, no cookie.
     let mut r = client()
@@ -266,101 +383,15 @@ async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
     let csrf = csrf_of(&page);
 
     // The JSON API keeps bearer tokens, the scheme in any case; a cookie does not open it.
-    for scheme in ["Bearer", "bearer", "BEARER"] {
-        let r = client()
-            .get(format!("{base}/api/firms/{firm}/matters/{matter}"))
-            .insert_header(("authorization", format!("{scheme} {TOKEN}")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{scheme}");
-    }
-    let r = client()
-        .get(format!("{base}/api/firms/{firm}/matters/{matter}"))
-        .insert_header(("cookie", cookie.clone()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
+    assert_the_api_wants_a_bearer_token(base, firm, matter, &cookie).await;
 
     // A state-changing form without the session's CSRF token, or from another site: refused,
     // and nothing recorded.
-    let rebuild = format!("{base}/firms/{firm}/matters/{matter}/rebuild");
-    let events_before = count_events(&c.db, matter).await;
-    for (origin, token) in [
-        (None, ""),
-        (None, "wrong"),
-        (Some("http://evil.example"), csrf.as_str()),
-    ] {
-        let mut req = client()
-            .post(&rebuild)
-            .insert_header(("cookie", cookie.clone()));
-        if let Some(o) = origin {
-            req = req.insert_header(("origin", o));
-        }
-        let r = req.send_form(&[("csrf", token)]).await.unwrap();
-        assert_eq!(r.status(), 403, "origin {origin:?} csrf {token:?}");
-    }
-    let r = client()
-        .post(&rebuild)
-        .send_form(&[("csrf", csrf.as_str())])
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403, "no session at all");
-    assert_eq!(count_events(&c.db, matter).await, events_before);
-    // With both: the demand is recorded, and the page says so.
-    let r = client()
-        .post(&rebuild)
-        .insert_header(("cookie", cookie.clone()))
-        .insert_header(("origin", base.as_str()))
-        .send_form(&[("csrf", csrf.as_str())])
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 303);
-    let to = header(&r, "location");
-    assert!(to.contains("notice=rebuild-requested&ref="), "{to}");
-    let (_, page) = get(base, &cookie, &to).await;
-    assert!(page.contains("Rebuild requested (event "), "{page}");
-    // A notice is a code, never text from the link: a crafted one says nothing.
-    let (_, page) = get(
-        base,
-        &cookie,
-        &format!("/firms/{firm}/matters/{matter}?notice=Call%20support%20at%20evil.example"),
-    )
-    .await;
-    assert!(
-        !page.contains("evil.example") && !page.contains("class=\"notice\""),
-        "{page}"
-    );
-    assert_eq!(count_events(&c.db, matter).await, events_before + 1);
+    assert_forms_need_the_csrf_token_and_this_origin(&c.db, base, firm, matter, &cookie, &csrf)
+        .await;
 
     // 405 with Allow for a wrong method; 413 past the body limit.
-    for (method, path, allow) in [
-        ("PUT", "/matters", "GET"),
-        ("POST", "/healthz", "GET"),
-        ("DELETE", "/login", "GET, POST"),
-        ("GET", "/logout", "POST"),
-        (
-            "GET",
-            &format!("/api/firms/{firm}/matters/{matter}/brief-requests") as &str,
-            "POST",
-        ),
-    ] {
-        let r = client()
-            .request(method.parse().unwrap(), format!("{base}{path}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 405, "{method} {path}");
-        assert_eq!(header(&r, "allow"), allow, "{method} {path}");
-    }
-    let big = "x".repeat(20 * 1024);
-    let r = client()
-        .post(format!("{base}/login"))
-        .send_form(&[("token", big.as_str())])
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 413);
+    assert_wrong_methods_and_big_bodies_are_refused(base, firm, matter).await;
 
     // Logout revokes the session (in the ledger: on every node).
     let r = client()
@@ -383,19 +414,129 @@ async fn a_session_opens_with_the_token_and_guards_every_page_and_form() {
 
 async fn count_events(db: &TestDb, matter: Uuid) -> i64 {
     use diesel_async::RunQueryDsl;
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
     let mut c = db.pool.get().await.unwrap();
-    let n: N =
+    let n: crate::common::Count =
         diesel::sql_query("SELECT count(*) AS n FROM ops.domain_event_outbox WHERE matter_id = $1")
             .bind::<diesel::sql_types::Uuid, _>(matter)
             .get_result(&mut c)
             .await
             .unwrap();
     n.n
+}
+
+/// The Brief of `acme`, for a person: the chronology in the order of the dates the documents
+/// bear, its state fresh, events and runs listed, nothing to retry.
+async fn assert_the_brief_page(base: &str, cookie: &str, firm: Uuid, acme: Uuid) {
+    let (status, page) = get(base, cookie, &format!("/firms/{firm}/matters/{acme}")).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<h1 id=\"matter-title\">Acme v. Globex</h1>"),
+        "{page}"
+    );
+    assert!(page.contains("Parties: Acme; Globex"), "{page}");
+    let (po, dr) = (
+        page.find("Purchase order").unwrap(),
+        page.find("Delivery receipt").unwrap(),
+    );
+    assert!(po < dr, "the chronology is in date order");
+    assert!(
+        page.contains("2024-01-15") && page.contains("says the shipment arrived late"),
+        "{page}"
+    );
+    assert!(
+        page.contains(">fresh</span>") && page.contains("every demand served"),
+        "{page}"
+    );
+    assert!(
+        page.contains("document.uploaded") && page.contains(">landed<"),
+        "events and runs: {page}"
+    );
+    assert!(
+        !page.contains("id=\"retry\""),
+        "nothing to retry on a fresh matter"
+    );
+}
+
+/// The overview counts the matter out of retries; the state filter finds it, and names the
+/// valid states for one that is none.
+async fn assert_the_overview_and_state_filter_find_it(base: &str, cookie: &str) {
+    let (_, overview) = get(base, cookie, "/").await;
+    assert!(
+        overview.contains("1 matter(s) ran out of retries"),
+        "{overview}"
+    );
+    let (_, list) = get(base, cookie, "/matters?state=retries_exhausted").await;
+    assert!(
+        list.contains("Poisoned Corp v. Initech") && !list.contains("Acme v. Globex"),
+        "{list}"
+    );
+    let (status, bad) = get(base, cookie, "/matters?state=stuck").await;
+    assert_eq!(status, 400);
+    assert!(
+        bad.contains("fresh, owed, unserved, running, failed, retries_exhausted, archived"),
+        "{bad}"
+    );
+}
+
+/// Search by title, case-insensitive; `%` is a letter; pages of 50 with a next link.
+async fn assert_search_and_pages(db: &TestDb, base: &str, cookie: &str, firm: Uuid) {
+    let (_, found) = get(base, cookie, "/matters?q=ACME").await;
+    assert!(
+        found.contains("Acme v. Globex") && !found.contains("Poisoned"),
+        "{found}"
+    );
+    let (_, none) = get(base, cookie, "/matters?q=%25").await;
+    assert!(none.contains("no matter matches"), "{none}");
+    {
+        let mut conn = db.pool.get().await.unwrap();
+        for i in 0..55 {
+            facts::create_matter(
+                &mut conn,
+                firm,
+                Uuid::new_v4(),
+                &format!("Bulk matter {i:02}"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let (_, first) = get(base, cookie, "/matters?q=bulk").await;
+    assert_eq!(first.matches("Bulk matter").count(), 50);
+    assert!(
+        first.contains("rel=\"next\"") && !first.contains("rel=\"prev\""),
+        "{first}"
+    );
+    let (_, second) = get(base, cookie, "/matters?q=bulk&page=2").await;
+    assert_eq!(second.matches("Bulk matter").count(), 5);
+    assert!(second.contains("Bulk matter 54") && second.contains("rel=\"prev\""));
+}
+
+/// The firm filter takes the firm's name; a name nobody has is a styled page naming it.
+async fn assert_the_firm_filter_takes_its_name(db: &TestDb, base: &str, cookie: &str, firm: Uuid) {
+    {
+        let mut conn = db.pool.get().await.unwrap();
+        briefrail::ledger::fairness::set_firm(
+            &mut conn,
+            firm,
+            &briefrail::ledger::fairness::FirmSettings {
+                name: Some("Acme LLP".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let (status, named) = get(base, cookie, "/matters?q=acme&firm=Acme%20LLP").await;
+    assert_eq!(status, 200);
+    assert!(named.contains("Acme v. Globex"), "{named}");
+    let (status, unknown) = get(base, cookie, "/matters?firm=Globex%20Partners").await;
+    assert_eq!(status, 400);
+    assert!(
+        unknown.contains("<h1>400 Bad Request</h1>")
+            && unknown.contains("no firm is named &#34;Globex Partners&#34;")
+            && unknown.contains("/assets/console.css"),
+        "{unknown}"
+    );
 }
 
 #[actix_rt::test]
@@ -425,34 +566,7 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
     let (cookie, _) = log_in(base).await;
 
     // The Brief itself, for a person: the chronology in the order of the dates the documents bear.
-    let (status, page) = get(base, &cookie, &format!("/firms/{firm}/matters/{acme}")).await;
-    assert_eq!(status, 200);
-    assert!(
-        page.contains("<h1 id=\"matter-title\">Acme v. Globex</h1>"),
-        "{page}"
-    );
-    assert!(page.contains("Parties: Acme; Globex"), "{page}");
-    let (po, dr) = (
-        page.find("Purchase order").unwrap(),
-        page.find("Delivery receipt").unwrap(),
-    );
-    assert!(po < dr, "the chronology is in date order");
-    assert!(
-        page.contains("2024-01-15") && page.contains("says the shipment arrived late"),
-        "{page}"
-    );
-    assert!(
-        page.contains(">fresh</span>") && page.contains("every demand served"),
-        "{page}"
-    );
-    assert!(
-        page.contains("document.uploaded") && page.contains(">landed<"),
-        "events and runs: {page}"
-    );
-    assert!(
-        !page.contains("id=\"retry\""),
-        "nothing to retry on a fresh matter"
-    );
+    assert_the_brief_page(base, &cookie, firm, acme).await;
 
     // The poisoned matter: out of retries, said plainly, with what to do; its error escaped.
     let (_, page) = get(base, &cookie, &format!("/firms/{firm}/matters/{poisoned}")).await;
@@ -470,22 +584,7 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
     let csrf = csrf_of(&page);
 
     // The overview counts it and sends the operator to it; the state filter finds it.
-    let (_, overview) = get(base, &cookie, "/").await;
-    assert!(
-        overview.contains("1 matter(s) ran out of retries"),
-        "{overview}"
-    );
-    let (_, list) = get(base, &cookie, "/matters?state=retries_exhausted").await;
-    assert!(
-        list.contains("Poisoned Corp v. Initech") && !list.contains("Acme v. Globex"),
-        "{list}"
-    );
-    let (status, bad) = get(base, &cookie, "/matters?state=stuck").await;
-    assert_eq!(status, 400);
-    assert!(
-        bad.contains("fresh, owed, unserved, running, failed, retries_exhausted, archived"),
-        "{bad}"
-    );
+    assert_the_overview_and_state_filter_find_it(base, &cookie).await;
 
     // The cause fixed, Retry: a demand that restarts its retries, and the Brief lands.
     c.poisoned.store(false, Ordering::SeqCst);
@@ -525,74 +624,17 @@ async fn the_matter_page_shows_the_brief_and_retry_restarts_a_matter_out_of_retr
     assert_eq!(count_events(&c.db, acme).await, before);
 
     // Search by title, case-insensitive; `%` is a letter; pages of 50 with a next link.
-    let (_, found) = get(base, &cookie, "/matters?q=ACME").await;
-    assert!(
-        found.contains("Acme v. Globex") && !found.contains("Poisoned"),
-        "{found}"
-    );
-    let (_, none) = get(base, &cookie, "/matters?q=%25").await;
-    assert!(none.contains("no matter matches"), "{none}");
-    {
-        let mut conn = c.db.pool.get().await.unwrap();
-        for i in 0..55 {
-            facts::create_matter(
-                &mut conn,
-                firm,
-                Uuid::new_v4(),
-                &format!("Bulk matter {i:02}"),
-            )
-            .await
-            .unwrap();
-        }
-    }
-    let (_, first) = get(base, &cookie, "/matters?q=bulk").await;
-    assert_eq!(first.matches("Bulk matter").count(), 50);
-    assert!(
-        first.contains("rel=\"next\"") && !first.contains("rel=\"prev\""),
-        "{first}"
-    );
-    let (_, second) = get(base, &cookie, "/matters?q=bulk&page=2").await;
-    assert_eq!(second.matches("Bulk matter").count(), 5);
-    assert!(second.contains("Bulk matter 54") && second.contains("rel=\"prev\""));
+    assert_search_and_pages(&c.db, base, &cookie, firm).await;
 
     // The firm filter takes the firm's name; a name nobody has is a styled page naming it.
-    {
-        let mut conn = c.db.pool.get().await.unwrap();
-        briefrail::ledger::fairness::set_firm(
-            &mut conn,
-            firm,
-            &briefrail::ledger::fairness::FirmSettings {
-                name: Some("Acme LLP".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    }
-    let (status, named) = get(base, &cookie, "/matters?q=acme&firm=Acme%20LLP").await;
-    assert_eq!(status, 200);
-    assert!(named.contains("Acme v. Globex"), "{named}");
-    let (status, unknown) = get(base, &cookie, "/matters?firm=Globex%20Partners").await;
-    assert_eq!(status, 400);
-    assert!(
-        unknown.contains("<h1>400 Bad Request</h1>")
-            && unknown.contains("no firm is named &#34;Globex Partners&#34;")
-            && unknown.contains("/assets/console.css"),
-        "{unknown}"
-    );
+    assert_the_firm_filter_takes_its_name(&c.db, base, &cookie, firm).await;
     c.node.shutdown_within(Duration::from_secs(2)).await;
 }
 
-#[actix_rt::test]
-async fn dead_letters_are_listed_replayed_and_discarded() {
-    let c = console(TOKEN).await;
-    let base = &c.base;
-    let firm = Uuid::new_v4();
-    let matter = matter_with_documents(&c.db, firm, "Wayne v. Kord", &[]).await;
-    wait_state(&c.db, firm, matter, MatterState::Fresh).await;
-    let mut conn = c.db.pool.get().await.unwrap();
-    // A real event's message refused once (say the row was not visible yet on a standby),
-    // and a malformed one.
+/// A real event's message refused once (say the row was not visible yet on a standby), and a
+/// malformed one, recorded as dead letters: the event's id and both dead letters' ids.
+async fn two_dead_letters(db: &TestDb, firm: Uuid, matter: Uuid) -> (Uuid, Uuid, Uuid) {
+    let mut conn = db.pool.get().await.unwrap();
     let event = facts::request_brief(&mut conn, firm, matter).await.unwrap();
     let row = briefrail::ledger::outbox::events(&mut conn, &[event])
         .await
@@ -628,7 +670,19 @@ async fn dead_letters_are_listed_replayed_and_discarded() {
     )
     .await
     .unwrap();
-    drop(conn);
+    (event, replayable, malformed)
+}
+
+#[actix_rt::test]
+async fn dead_letters_are_listed_replayed_and_discarded() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let matter = matter_with_documents(&c.db, firm, "Wayne v. Kord", &[]).await;
+    wait_state(&c.db, firm, matter, MatterState::Fresh).await;
+    // A real event's message refused once (say the row was not visible yet on a standby),
+    // and a malformed one.
+    let (event, replayable, malformed) = two_dead_letters(&c.db, firm, matter).await;
 
     let (cookie, _) = log_in(base).await;
     let (_, page) = get(base, &cookie, "/dead-letters").await;
@@ -1015,31 +1069,24 @@ fn range_of(page: &str) -> String {
     rest[..rest.find('<').unwrap()].to_owned()
 }
 
-#[actix_rt::test]
-async fn bulk_retry_retries_only_exhausted_matters_and_respects_its_cap() {
-    let c = console(TOKEN).await;
-    let base = &c.base;
-    let firm = Uuid::new_v4();
-    let acme = matter_with_documents(&c.db, firm, "Acme v. Globex", &[]).await;
+/// Matters of `firm`: "Acme v. Globex", fresh, and three whose builds fail (while the console's
+/// builder is poisoned), out of retries.
+async fn one_fresh_and_three_exhausted(db: &TestDb, firm: Uuid) -> (Uuid, Vec<Uuid>) {
+    let acme = matter_with_documents(db, firm, "Acme v. Globex", &[]).await;
     let mut stuck = Vec::new();
     for title in ["Poisoned A v. X", "Poisoned B v. X", "Poisoned C v. X"] {
-        stuck.push(matter_with_documents(&c.db, firm, title, &[("Memo", "2024-05-01")]).await);
+        stuck.push(matter_with_documents(db, firm, title, &[("Memo", "2024-05-01")]).await);
     }
-    wait_state(&c.db, firm, acme, MatterState::Fresh).await;
+    wait_state(db, firm, acme, MatterState::Fresh).await;
     for m in &stuck {
-        wait_state(&c.db, firm, *m, MatterState::RetriesExhausted).await;
+        wait_state(db, firm, *m, MatterState::RetriesExhausted).await;
     }
-    let (cookie, _) = log_in(base).await;
-    let (_, list) = get(base, &cookie, "/matters?state=retries_exhausted").await;
-    assert_eq!(range_of(&list), "1–3 of 3", "{list}");
-    assert_eq!(
-        list.matches("type=\"checkbox\" name=\"m\"").count(),
-        3,
-        "a box on each exhausted row: {list}"
-    );
-    let csrf = csrf_of(&list);
+    (acme, stuck)
+}
 
-    // The API: the token, then a body that names something, within the cap, with real ids.
+/// The bulk retry API wants the token, then a body that names something, within the cap,
+/// with real ids: each refusal names what is wrong.
+async fn assert_bulk_retry_api_refusals(base: &str, firm: Uuid, acme: Uuid) {
     let (status, _) = post_json(base, None, "/api/matters/retry", &serde_json::json!({})).await;
     assert_eq!(status, 401, "no token");
     let too_many: Vec<_> = (0..1001)
@@ -1073,6 +1120,47 @@ async fn bulk_retry_retries_only_exhausted_matters_and_respects_its_cap() {
             "{named}: {e}"
         );
     }
+}
+
+/// The console's bulk retry form: nothing ticked is refused, naming it; a wrong CSRF token is
+/// refused.
+async fn assert_nothing_ticked_and_a_wrong_csrf_are_refused(base: &str, cookie: &str, csrf: &str) {
+    nothing_ticked_is_refused(
+        base,
+        cookie,
+        csrf,
+        "/matters/retry",
+        "no matter is selected",
+    )
+    .await;
+    let (status, _, _) = post_form(
+        base,
+        cookie,
+        "/matters/retry",
+        &[("csrf", "wrong"), ("scope", "filter")],
+    )
+    .await;
+    assert_eq!(status, 403, "the CSRF token is checked");
+}
+
+#[actix_rt::test]
+async fn bulk_retry_retries_only_exhausted_matters_and_respects_its_cap() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let firm = Uuid::new_v4();
+    let (acme, stuck) = one_fresh_and_three_exhausted(&c.db, firm).await;
+    let (cookie, _) = log_in(base).await;
+    let (_, list) = get(base, &cookie, "/matters?state=retries_exhausted").await;
+    assert_eq!(range_of(&list), "1–3 of 3", "{list}");
+    assert_eq!(
+        list.matches("type=\"checkbox\" name=\"m\"").count(),
+        3,
+        "a box on each exhausted row: {list}"
+    );
+    let csrf = csrf_of(&list);
+
+    // The API: the token, then a body that names something, within the cap, with real ids.
+    assert_bulk_retry_api_refusals(base, firm, acme).await;
     let acme_events = count_events(&c.db, acme).await;
 
     // The cause fixed: all of the firm's matching matters, two at most. The fresh one is
@@ -1109,22 +1197,7 @@ async fn bulk_retry_retries_only_exhausted_matters_and_respects_its_cap() {
     );
 
     // The console: nothing ticked is refused, naming it; the two ticked are retried or skipped.
-    nothing_ticked_is_refused(
-        base,
-        &cookie,
-        &csrf,
-        "/matters/retry",
-        "no matter is selected",
-    )
-    .await;
-    let (status, _, _) = post_form(
-        base,
-        &cookie,
-        "/matters/retry",
-        &[("csrf", "wrong"), ("scope", "filter")],
-    )
-    .await;
-    assert_eq!(status, 403, "the CSRF token is checked");
+    assert_nothing_ticked_and_a_wrong_csrf_are_refused(base, &cookie, &csrf).await;
     let (keep, retry) = (format!("{firm}:{acme}"), format!("{firm}:{}", stuck[2]));
     let (status, to, _) = post_form(
         base,
@@ -1160,11 +1233,10 @@ async fn bulk_retry_retries_only_exhausted_matters_and_respects_its_cap() {
     c.node.shutdown_within(Duration::from_secs(2)).await;
 }
 
-#[actix_rt::test]
-async fn dead_letters_are_filtered_counted_and_discarded_in_bulk() {
-    let c = console(TOKEN).await;
-    let base = &c.base;
-    let mut conn = c.db.pool.get().await.unwrap();
+/// Dead letters: two refused nudges, one refused fact of another outbox and a crowd of 52 from
+/// another installation; their ids.
+async fn fifty_five_dead_letters(db: &TestDb) -> (Uuid, Uuid, Uuid, Vec<Uuid>) {
+    let mut conn = db.pool.get().await.unwrap();
     let mut record = async |reason: &str, key: &str| {
         dead_letters::record(
             &mut conn,
@@ -1188,27 +1260,12 @@ async fn dead_letters_are_filtered_counted_and_discarded_in_bulk() {
     for _ in 0..52 {
         crowd.push(record("unknown installation", "other.prefix.key").await);
     }
-    drop(conn);
+    (nudge_a, nudge_b, foreign, crowd)
+}
 
-    let (cookie, _) = log_in(base).await;
-    // Counted and paginated; filtered by reason and by routing key.
-    let (_, page) = get(base, &cookie, "/dead-letters").await;
-    assert_eq!(range_of(&page), "1–50 of 55", "{page}");
-    assert!(page.contains("rel=\"next\""), "{page}");
-    let (_, second) = get(base, &cookie, "/dead-letters?page=2").await;
-    assert_eq!(range_of(&second), "51–55 of 55", "{second}");
-    let (_, nudges) = get(base, &cookie, "/dead-letters?reason=NOT%20A%20NUDGE").await;
-    assert_eq!(range_of(&nudges), "1–2 of 2", "{nudges}");
-    assert!(
-        nudges.contains(&nudge_a.to_string()) && !nudges.contains(&foreign.to_string()),
-        "{nudges}"
-    );
-    let (_, keyed) = get(base, &cookie, "/dead-letters?routing_key=document").await;
-    assert_eq!(range_of(&keyed), "1–1 of 1", "{keyed}");
-    let csrf = csrf_of(&page);
-
-    // The API: the token, a body that names something.
-    let path = "/api/dead-letters/discard";
+/// The discard API wants the token, then a body that names something: each refusal names what
+/// is wrong, an empty body too.
+async fn assert_discard_api_refusals(base: &str, path: &str, foreign: Uuid) {
     let (status, _) = post_json(base, None, path, &serde_json::json!({"ids": [foreign]})).await;
     assert_eq!(status, 401, "no token");
     for (body, named) in [
@@ -1240,6 +1297,34 @@ async fn dead_letters_are_filtered_counted_and_discarded_in_bulk() {
         .await
         .unwrap();
     assert_eq!(r.status(), 422, "an empty body names nothing");
+}
+
+#[actix_rt::test]
+async fn dead_letters_are_filtered_counted_and_discarded_in_bulk() {
+    let c = console(TOKEN).await;
+    let base = &c.base;
+    let (nudge_a, nudge_b, foreign, crowd) = fifty_five_dead_letters(&c.db).await;
+
+    let (cookie, _) = log_in(base).await;
+    // Counted and paginated; filtered by reason and by routing key.
+    let (_, page) = get(base, &cookie, "/dead-letters").await;
+    assert_eq!(range_of(&page), "1–50 of 55", "{page}");
+    assert!(page.contains("rel=\"next\""), "{page}");
+    let (_, second) = get(base, &cookie, "/dead-letters?page=2").await;
+    assert_eq!(range_of(&second), "51–55 of 55", "{second}");
+    let (_, nudges) = get(base, &cookie, "/dead-letters?reason=NOT%20A%20NUDGE").await;
+    assert_eq!(range_of(&nudges), "1–2 of 2", "{nudges}");
+    assert!(
+        nudges.contains(&nudge_a.to_string()) && !nudges.contains(&foreign.to_string()),
+        "{nudges}"
+    );
+    let (_, keyed) = get(base, &cookie, "/dead-letters?routing_key=document").await;
+    assert_eq!(range_of(&keyed), "1–1 of 1", "{keyed}");
+    let csrf = csrf_of(&page);
+
+    // The API: the token, a body that names something.
+    let path = "/api/dead-letters/discard";
+    assert_discard_api_refusals(base, path, foreign).await;
     // By id: the named open one; an unknown one is skipped.
     let (status, r) = post_json(
         base,

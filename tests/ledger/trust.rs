@@ -4,7 +4,7 @@
 //! was well, against a real Postgres (and, where the cluster itself is the point, a private
 //! second one).
 
-mod common;
+use crate::common;
 
 use briefrail::ledger::{ClaimKind, RunOutcome, RunStatus};
 use std::sync::Arc;
@@ -97,24 +97,12 @@ async fn demanded_claim(
         .expect("the matter is free and unserved")
 }
 
-async fn add_document(
+async fn add_document_event(
     c: &mut AsyncPgConnection,
     firm: Uuid,
     matter: Uuid,
 ) -> briefrail::ledger::models::OutboxRow {
-    facts::add_document(
-        c,
-        facts::NewDocument {
-            document_id: Uuid::new_v4(),
-            firm_id: firm,
-            matter_id: matter,
-            title: "Exhibit 7".into(),
-            dated: None,
-            body: "the evidence counsel needs".into(),
-        },
-    )
-    .await
-    .unwrap();
+    common::add_document(c, firm, matter, "Exhibit 7").await;
     last_event(c, matter).await
 }
 
@@ -130,7 +118,7 @@ async fn a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brie
     served_matter(&mut c, &db.pool, firm, other).await;
 
     for forge in ["xact_id", "matter_id", "firm_id", "event_name"] {
-        let real = add_document(&mut c, firm, matter).await;
+        let real = add_document_event(&mut c, firm, matter).await;
         let mut forged = real.envelope();
         match forge {
             "xact_id" => forged.xact_id = Some(1),
@@ -451,7 +439,7 @@ async fn an_archived_matter_is_neither_reconciled_nor_claimed() {
     let mut c = db.pool.get().await.unwrap();
     let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
     served_matter(&mut c, &db.pool, firm, matter).await;
-    add_document(&mut c, firm, matter).await;
+    add_document_event(&mut c, firm, matter).await;
     t::demand(&mut c, firm, matter).await.unwrap();
     facts::archive_matter(&mut c, firm, matter).await.unwrap();
     let unserved = t::unserved(&mut c, 5, 100, Duration::ZERO).await.unwrap();
@@ -466,6 +454,16 @@ async fn an_archived_matter_is_neither_reconciled_nor_claimed() {
         claimed.is_none(),
         "an archived matter was claimed: {claimed:?}"
     );
+}
+
+/// The ids of the events `requeue_unconsumed` requeues under `policy` (at most 100).
+async fn requeued(c: &mut AsyncPgConnection, policy: &outbox::Republish) -> Vec<Uuid> {
+    outbox::requeue_unconsumed(c, BRIEF_RAIL, policy, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.event_id)
+        .collect()
 }
 
 /// Defect 8: failed publishes and reconcile's republications are separate counters, and
@@ -501,10 +499,7 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         window: Duration::from_secs(7 * 86400),
         cap: outbox::REPUBLISH_CAP,
     };
-    let ids = |v: Vec<outbox::Requeued>| v.into_iter().map(|r| r.event_id).collect::<Vec<_>>();
-    let first = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
-        .await
-        .unwrap());
+    let first = requeued(&mut c, &policy).await;
     assert_eq!(
         first,
         vec![ev.event_id],
@@ -516,17 +511,13 @@ async fn republication_is_counted_apart_from_failed_publishes_and_spaced_out() {
         .await
         .unwrap();
     c.batch_execute(&backdate(90)).await.unwrap();
-    let second = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
-        .await
-        .unwrap());
+    let second = requeued(&mut c, &policy).await;
     assert!(
         second.is_empty(),
         "republished again after only one interval"
     );
     c.batch_execute(&backdate(130)).await.unwrap();
-    let third = ids(outbox::requeue_unconsumed(&mut c, BRIEF_RAIL, &policy, 100)
-        .await
-        .unwrap());
+    let third = requeued(&mut c, &policy).await;
     assert_eq!(third, vec![ev.event_id]);
 
     // At the cap it is left alone, and it is an alert, not silence.
@@ -693,7 +684,7 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
         .await
         .unwrap();
     let mut c = pool.get().await.unwrap();
-    let row = add_document(&mut c, firm, matter).await;
+    let row = add_document_event(&mut c, firm, matter).await;
     let applied = inbox::apply(&mut c, BRIEF_RAIL, &row.envelope())
         .await
         .unwrap();
@@ -724,7 +715,7 @@ async fn after_a_logical_move_new_facts_still_reach_the_brief() {
 /// that names a killer in this binary makes each of those killers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("trust").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// A fact the rail does not hear (an application's own `invoice.paid`, or `matter.archived`)

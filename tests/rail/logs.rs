@@ -4,14 +4,12 @@
 //! leaked across deliveries made every line longer than the one before (20-80 KB at a few
 //! thousand matters); these tests fail on that.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{self, BrokerScope, eventually, scratch_dir, spawn_node};
 use briefrail::ledger::facts::{self, NewDocument};
 use briefrail::testing::TestDb;
-use common::{BrokerScope, eventually, scratch_dir, spawn_node};
-use diesel_async::RunQueryDsl;
+
 use uuid::Uuid;
 
 /// At info level a served matter may cost this many bytes of log (issue 17's budget).
@@ -40,21 +38,6 @@ fn check_chain(line: &serde_json::Value, raw: &str) {
         &names[..names.len().min(5)],
         &raw[..raw.len().min(400)]
     );
-}
-
-async fn served(db: &TestDb, firm: Uuid) -> i64 {
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    diesel::sql_query(format!(
-        "SELECT count(DISTINCT matter_id) AS n FROM ops.matter_frames WHERE firm_id = '{firm}'"
-    ))
-    .get_result::<N>(&mut db.pool.get().await.unwrap())
-    .await
-    .unwrap()
-    .n
 }
 
 /// `n` matters with one document each, recorded while no node runs, then one node with the
@@ -101,7 +84,14 @@ async fn serve_and_read_the_log(transport: &str, n: usize) -> (String, usize) {
         ],
     );
     eventually(Duration::from_secs(120), "every matter served", || async {
-        (served(&db, firm).await == n as i64).then_some(())
+        (common::count(
+            &mut db.pool.get().await.unwrap(),
+            &format!(
+                "SELECT count(DISTINCT matter_id) AS n FROM ops.matter_frames WHERE firm_id = '{firm}'"
+            ),
+        )
+        .await
+            == n as i64).then_some(())
     })
     .await;
     node.signal("-TERM");

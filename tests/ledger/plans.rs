@@ -10,7 +10,7 @@
 //! claim leaves an entry there that stays, dead, until vacuum, so reading a row through one
 //! grew slower the longer a burst lasted.
 
-mod common;
+use crate::common;
 
 use briefrail::testing::TestDb;
 use diesel::sql_types::{BigInt, Text};
@@ -265,5 +265,5 @@ async fn a_transition_plans_generically_from_its_first_call() {
 /// The mutation controls (`tests/common/mutations.rs`) whose killers are in this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("plans").await;
+    common::mutations::assert_caught(module_path!()).await;
 }

@@ -3,12 +3,13 @@
 //! out-of-order commits still published, and the embedded (postgres) transport on the same
 //! consumer path.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{AMQP_URL, BrokerScope, count, eventually, hex, served};
 use actix::Actor;
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::Settings;
@@ -19,7 +20,6 @@ use briefrail::testing::TestDb;
 use briefrail::transport::amqp::{
     self, AmqpOptions, consumer::TriggerConsumer, message, relay::Relay,
 };
-use common::{AMQP_URL, BrokerScope, eventually};
 use diesel::prelude::*;
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
@@ -168,28 +168,6 @@ async fn until_served(db: &TestDb, firm: Uuid, matter: Uuid, limit: Duration, wh
     .await
 }
 
-async fn served(db: &TestDb, firm: Uuid, matter: Uuid) -> bool {
-    let mut c = db.pool.get().await.unwrap();
-    reads::job(&mut c, firm, matter)
-        .await
-        .unwrap()
-        .is_some_and(|j| !j.unserved() && j.landed_generation > 0)
-}
-
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    #[derive(QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut c = db.pool.get().await.unwrap();
-    diesel::sql_query(sql)
-        .get_result::<N>(&mut c)
-        .await
-        .unwrap()
-        .n
-}
-
 /// A consumer told that the topology was just declared (`TriggerConsumer::declared`, what the
 /// node's start does) skips declaring it in its first session only. When the topology is
 /// missing after all (deleted in between), that session cannot consume; the next declares it,
@@ -293,7 +271,11 @@ async fn a_relay_crash_between_publish_and_mark_delivers_twice_and_applies_once(
         "applied once"
     );
     assert_eq!(
-        count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await,
+        count(
+            &mut r.db.pool.get().await.unwrap(),
+            "SELECT count(*) AS n FROM ops.consumed_events"
+        )
+        .await,
         1
     );
     let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
@@ -328,7 +310,7 @@ async fn a_purged_queue_is_reconciled_and_the_demand_served() {
     let _relay = Relay::new(r.opts.clone()).start();
     eventually(Duration::from_secs(20), "everything published", || async {
         (count(
-            &r.db,
+            &mut r.db.pool.get().await.unwrap(),
             "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL",
         )
         .await
@@ -520,7 +502,7 @@ async fn two_relays_drain_five_thousand_events_without_loss_or_double_publish() 
         "every row marked published",
         || async {
             (count(
-                &r.db,
+                &mut r.db.pool.get().await.unwrap(),
                 "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL",
             )
             .await
@@ -627,7 +609,11 @@ async fn the_postgres_transport_applies_each_event_once_and_survives_late_commit
     );
     assert!(get(&r.opts.metrics.counters.events_duplicate) >= 2);
     assert_eq!(
-        count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await,
+        count(
+            &mut r.db.pool.get().await.unwrap(),
+            "SELECT count(*) AS n FROM ops.consumed_events"
+        )
+        .await,
         2
     );
 }
@@ -882,7 +868,7 @@ async fn every_recorded_fact_drains_from_the_outbox_even_one_the_rail_does_not_h
         "every outbox row published",
         || async {
             (count(
-                &r.db,
+                &mut r.db.pool.get().await.unwrap(),
                 "SELECT count(*) AS n FROM ops.domain_event_outbox WHERE published_at IS NULL",
             )
             .await
@@ -892,7 +878,13 @@ async fn every_recorded_fact_drains_from_the_outbox_even_one_the_rail_does_not_h
     )
     .await;
     eventually(Duration::from_secs(20), "every event consumed", || async {
-        (count(&r.db, "SELECT count(*) AS n FROM ops.consumed_events").await == 2).then_some(())
+        (count(
+            &mut r.db.pool.get().await.unwrap(),
+            "SELECT count(*) AS n FROM ops.consumed_events",
+        )
+        .await
+            == 2)
+            .then_some(())
     })
     .await;
     assert_eq!(
@@ -972,7 +964,7 @@ async fn two_postgres_transports_draining_interleaved_demands_never_deadlock() {
 /// that names a killer in this binary makes each of those killers fail.
 #[actix_rt::test]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("transport").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// A cluster's members listed in `transport.amqp_url`: a member that does not answer is passed
@@ -1249,15 +1241,12 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
     }
     let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
     let held = || async {
-        let mut c = r.db.pool.get().await.unwrap();
-        diesel::sql_query(
+        count(
+            &mut r.db.pool.get().await.unwrap(),
             "SELECT count(*) AS n FROM pg_stat_activity
               WHERE datname = current_database() AND wait_event = 'advisory'",
         )
-        .get_result::<Count>(&mut c)
         .await
-        .unwrap()
-        .n
     };
     eventually(
         Duration::from_secs(20),
@@ -1278,7 +1267,13 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
         Duration::from_secs(20),
         "the forgery's dead letter filed, then its publication refused",
         || async {
-            (count(&r.db, "SELECT count(*) AS n FROM ops.dead_letters").await > 0).then_some(())
+            (count(
+                &mut r.db.pool.get().await.unwrap(),
+                "SELECT count(*) AS n FROM ops.dead_letters",
+            )
+            .await
+                > 0)
+            .then_some(())
         },
     )
     .await;
@@ -1312,12 +1307,6 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
     );
 }
 
-#[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    n: i64,
-}
-
 /// Makes the ledger refuse every dead letter (a trigger that raises), counting each refusal in
 /// the sequence `public.refusals`.
 async fn refuse_dead_letters(c: &mut diesel_async::AsyncPgConnection) {
@@ -1338,7 +1327,7 @@ async fn sequence(db: &TestDb, name: &str) -> i64 {
     diesel::sql_query(format!(
         "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM public.{name}"
     ))
-    .get_result::<Count>(&mut c)
+    .get_result::<crate::common::Count>(&mut c)
     .await
     .unwrap()
     .n
@@ -1436,7 +1425,7 @@ async fn a_batch_committed_behind_one_still_applying_never_acks_it() {
         "the held delivery's batch waiting on the lock",
         || async {
             (count(
-                &r.db,
+                &mut r.db.pool.get().await.unwrap(),
                 "SELECT count(*) AS n FROM pg_stat_activity
                   WHERE wait_event_type = 'Lock' AND datname = current_database()",
             )
@@ -1465,7 +1454,7 @@ async fn a_batch_committed_behind_one_still_applying_never_acks_it() {
     eventually(
         Duration::from_secs(20),
         "the later deliveries committed",
-        || async { (count(&r.db, &later).await == 10).then_some(()) },
+        || async { (count(&mut r.db.pool.get().await.unwrap(), &later).await == 10).then_some(()) },
     )
     .await;
     // The broker's count is refreshed every `collect_statistics_interval` (5 s): watched for
@@ -1622,10 +1611,6 @@ async fn messages_with_nul_bytes_are_dead_lettered_and_the_trigger_keeps_serving
     .await;
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A fact published but not consumed (here: the consumer stopped) is owed once it is older
 /// than `OWED_AFTER`: its matter, whose every recorded demand is served, reads `owed`, never
 /// `fresh`, and the gauges count it; once the trigger consumes it the matter is no longer owed.
@@ -1650,7 +1635,7 @@ async fn a_published_fact_the_trigger_has_not_consumed_is_owed_not_fresh() {
     let event = facts::request_brief(&mut c, firm, matter).await.unwrap();
     eventually(Duration::from_secs(20), "the request published", || async {
         let n = count(
-            &r.db,
+            &mut r.db.pool.get().await.unwrap(),
             &format!(
                 "SELECT count(*) AS n FROM ops.domain_event_outbox
                   WHERE event_id = '{event}' AND published_at IS NOT NULL"

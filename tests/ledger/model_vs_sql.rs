@@ -7,21 +7,19 @@
 //! still diverges, so a change to a SQL function the model does not share (or the other way
 //! round) fails here even though each side alone looks fine.
 
-mod common;
-#[allow(dead_code)]
-mod model;
+use crate::common;
 
 use briefrail::ledger::ClaimKind;
 use std::time::Duration;
 
+use crate::model::Flaw;
+use crate::model::ledger::Committed;
+use crate::model::state::{Row, State, Status};
 use briefrail::ledger::outbox::{NewEvent, record_event};
 use briefrail::ledger::transitions::{self as t, ClaimRequest, Frame, Landed, RetryPolicy};
 use briefrail::ledger::{Claim, EventName, reads};
 use briefrail::testing::TestDb;
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
-use model::Flaw;
-use model::ledger::Committed;
-use model::state::{Row, State, Status};
 use uuid::Uuid;
 
 const MAX_ATTEMPTS: u8 = 2;
@@ -433,5 +431,5 @@ async fn the_model_and_the_sql_agree_on_random_sequences() {
 /// does not share makes the two disagree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_fails_a_guarantee_test() {
-    common::mutations::assert_caught("model_vs_sql").await;
+    common::mutations::assert_caught(module_path!()).await;
 }

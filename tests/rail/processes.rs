@@ -2,14 +2,12 @@
 //! with SIGSTOP is fenced, a node killed with SIGKILL is taken over, a node stopped with
 //! SIGTERM hands its claim back. Exclusivity comes only from the ledger.
 
-mod common;
-
 use briefrail::ledger::RunOutcome;
 use std::time::Duration;
 
+use crate::common::{NodeProcess, eventually, scratch_dir, spawn_node};
 use briefrail::ledger::{RunRow, facts, reads};
 use briefrail::testing::TestDb;
-use common::{NodeProcess, eventually, scratch_dir, spawn_node};
 use uuid::Uuid;
 
 async fn new_matter(db: &TestDb, firm: Uuid) -> Uuid {

@@ -1,25 +1,25 @@
 //! The operator surface over a real socket: status codes, JSON shapes, metrics that move, auth;
 //! and no password in any log line or error message.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{eventually, scratch_dir, spawn_node};
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::facts;
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use common::{eventually, scratch_dir, spawn_node};
 use uuid::Uuid;
 
 const TOKEN: &str = "s3cret-admin-token";
 
-#[actix_rt::test]
-async fn the_admin_api_answers_over_a_real_socket() {
-    let db = TestDb::new(8).await.unwrap();
+/// A node serving the admin surface (bearer `TOKEN`) on a port of its own, on `db`, with the
+/// embedded transport.
+async fn admin_node(db: &TestDb) -> Node {
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
     s.transport.kind = TransportKind::Postgres;
@@ -27,35 +27,32 @@ async fn the_admin_api_answers_over_a_real_socket() {
     s.http.bind = "127.0.0.1:0".into();
     s.http.token = TOKEN.into();
     s.relay.poll_ms = 100;
-    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+    Node::builder(Arc::new(s), Arc::new(BriefBuilder))
         .pool(db.pool.clone())
         .surface(briefrail::surface::http::admin())
         .start()
         .await
-        .unwrap();
-    let addr = node.surface_addr().expect("serves http");
-    let base = format!("http://{addr}");
-    let client = awc::Client::default();
-    let auth = ("authorization", format!("Bearer {TOKEN}"));
+        .unwrap()
+}
 
-    let r = client.get(format!("{base}/healthz")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let mut r = client.get(format!("{base}/readyz")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let ready: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(ready["ready"], true);
-    assert_eq!(ready["migrations"], "ok");
+/// The value of the metric `name` in a `/metrics` text (NaN when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.split(' ').nth(1))
+        .unwrap_or("NaN")
+        .parse()
+        .unwrap()
+}
 
-    let metric = |text: &str, name: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .and_then(|l| l.split(' ').nth(1))
-            .unwrap_or("NaN")
-            .parse()
-            .unwrap()
-    };
+/// What `GET /metrics` answers.
+async fn metrics_text(client: &awc::Client, base: &str) -> String {
     let mut r = client.get(format!("{base}/metrics")).send().await.unwrap();
-    let text = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    String::from_utf8(r.body().await.unwrap().to_vec()).unwrap()
+}
+
+/// Every counter and gauge operators alert on is exported.
+fn assert_every_metric_is_exported(text: &str) {
     for name in [
         "briefrail_builds_started_total",
         "briefrail_builds_landed_total",
@@ -75,23 +72,27 @@ async fn the_admin_api_answers_over_a_real_socket() {
             "metric {name} missing:\n{text}"
         );
     }
-    assert_eq!(metric(&text, "briefrail_builds_landed_total"), 0.0);
+}
 
-    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    let mut c = db.pool.get().await.unwrap();
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
-        .await
-        .unwrap();
-    let path = format!("{base}/api/firms/{firm}/matters/{matter}");
-
+/// The API refuses a request without a token or with a wrong one (401), a malformed firm
+/// (400), an unknown matter (404) and a brief request for one (404); the console sends a
+/// browser without a session to its login (303).
+async fn assert_refusals(
+    client: &awc::Client,
+    base: &str,
+    path: &str,
+    firm: Uuid,
+    matter: Uuid,
+    auth: &(&str, String),
+) {
     assert_eq!(
-        client.get(&path).send().await.unwrap().status(),
+        client.get(path).send().await.unwrap().status(),
         401,
         "no token"
     );
     assert_eq!(
         client
-            .get(&path)
+            .get(path)
             .insert_header(("authorization", "Bearer wrong"))
             .send()
             .await
@@ -103,7 +104,7 @@ async fn the_admin_api_answers_over_a_real_socket() {
         awc::Client::builder()
             .disable_redirects()
             .finish()
-            .get(&base)
+            .get(base)
             .send()
             .await
             .unwrap()
@@ -142,6 +143,117 @@ async fn the_admin_api_answers_over_a_real_socket() {
             .status(),
         404
     );
+}
+
+/// A failed run whose node id and error hold markup: the status page lists it, escaped.
+async fn assert_a_failed_runs_error_is_escaped(
+    node: &Node,
+    client: &awc::Client,
+    base: &str,
+    auth: &(&str, String),
+) {
+    use briefrail::ledger::transitions::{self as t, ClaimRequest, RetryPolicy};
+    let (f, m) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = node.pool().get().await.unwrap();
+    let claim = t::claim(
+        &mut c,
+        &ClaimRequest {
+            firm_id: f,
+            matter_id: m,
+            lease: Duration::from_secs(60),
+            node_id: "<b>node</b>".into(),
+            trace_id: None,
+            event_ids: vec![],
+            kind: briefrail::ledger::ClaimKind::NewDemand,
+            max_attempts: 5,
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let policy = RetryPolicy {
+        max_attempts: 5,
+        backoff_base: Duration::from_secs(60),
+        backoff_max: Duration::from_secs(60),
+    };
+    t::fail(&mut c, &claim, "<script>alert(1)</script>", false, &policy)
+        .await
+        .unwrap();
+    let mut r = client
+        .get(base)
+        .insert_header(auth.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let page = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    assert!(
+        page.contains("Recent fenced, failed and expired runs"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&m.to_string()),
+        "the failed matter is listed: {page}"
+    );
+    assert!(
+        page.contains("&#60;script&#62;") || page.contains("&lt;script&gt;"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<script>") && !page.contains("<b>node</b>"),
+        "{page}"
+    );
+}
+
+/// Waits (up to 20 s) until the event `requested` is consumed by the rail.
+async fn request_consumed(db: &TestDb, requested: Uuid) {
+    eventually(
+        Duration::from_secs(20),
+        "the brief request to be consumed",
+        || async {
+            let mut c = db.pool.get().await.ok()?;
+            briefrail::ledger::inbox::consumed(
+                &mut c,
+                briefrail::ledger::inbox::BRIEF_RAIL,
+                requested,
+            )
+            .await
+            .ok()?
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn the_admin_api_answers_over_a_real_socket() {
+    let db = TestDb::new(8).await.unwrap();
+    let node = admin_node(&db).await;
+    let addr = node.surface_addr().expect("serves http");
+    let base = format!("http://{addr}");
+    let client = awc::Client::default();
+    let auth = ("authorization", format!("Bearer {TOKEN}"));
+
+    let r = client.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let mut r = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ready: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["migrations"], "ok");
+
+    let text = metrics_text(&client, &base).await;
+    assert_every_metric_is_exported(&text);
+    assert_eq!(metric(&text, "briefrail_builds_landed_total"), 0.0);
+
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    let path = format!("{base}/api/firms/{firm}/matters/{matter}");
+
+    assert_refusals(&client, &base, &path, firm, matter, &auth).await;
 
     let mut r = client
         .post(format!("{path}/brief-requests"))
@@ -160,22 +272,7 @@ async fn the_admin_api_answers_over_a_real_socket() {
     // The request's demand is recorded first (else a build of the matter's creation, landed
     // before the request was consumed, would look like "served" and the request arrive after).
     let requested = Uuid::parse_str(accepted["event_id"].as_str().unwrap()).unwrap();
-    eventually(
-        Duration::from_secs(20),
-        "the brief request to be consumed",
-        || async {
-            let mut c = db.pool.get().await.ok()?;
-            briefrail::ledger::inbox::consumed(
-                &mut c,
-                briefrail::ledger::inbox::BRIEF_RAIL,
-                requested,
-            )
-            .await
-            .ok()?
-            .then_some(())
-        },
-    )
-    .await;
+    request_consumed(&db, requested).await;
     let status = eventually(Duration::from_secs(20), "the matter to be served", || {
         let (client, path, auth) = (client.clone(), path.clone(), auth.clone());
         async move {
@@ -190,8 +287,7 @@ async fn the_admin_api_answers_over_a_real_socket() {
     assert_eq!(status["runs"][0]["outcome"], "landed");
     assert!(status["latest_frame"]["generation"].as_i64().unwrap() > 0);
 
-    let mut r = client.get(format!("{base}/metrics")).send().await.unwrap();
-    let text = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
+    let text = metrics_text(&client, &base).await;
     assert!(
         metric(&text, "briefrail_builds_landed_total") >= 1.0,
         "the landed counter moved"
@@ -221,59 +317,7 @@ async fn the_admin_api_answers_over_a_real_socket() {
         409
     );
     // The status page (a template) shows a failed run's error escaped, never as markup.
-    {
-        use briefrail::ledger::transitions::{self as t, ClaimRequest, RetryPolicy};
-        let (f, m) = (Uuid::new_v4(), Uuid::new_v4());
-        let mut c = node.pool().get().await.unwrap();
-        let claim = t::claim(
-            &mut c,
-            &ClaimRequest {
-                firm_id: f,
-                matter_id: m,
-                lease: Duration::from_secs(60),
-                node_id: "<b>node</b>".into(),
-                trace_id: None,
-                event_ids: vec![],
-                kind: briefrail::ledger::ClaimKind::NewDemand,
-                max_attempts: 5,
-            },
-        )
-        .await
-        .unwrap()
-        .unwrap();
-        let policy = RetryPolicy {
-            max_attempts: 5,
-            backoff_base: Duration::from_secs(60),
-            backoff_max: Duration::from_secs(60),
-        };
-        t::fail(&mut c, &claim, "<script>alert(1)</script>", false, &policy)
-            .await
-            .unwrap();
-        let mut r = client
-            .get(&base)
-            .insert_header(auth.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        let page = String::from_utf8(r.body().await.unwrap().to_vec()).unwrap();
-        assert!(
-            page.contains("Recent fenced, failed and expired runs"),
-            "{page}"
-        );
-        assert!(
-            page.contains(&m.to_string()),
-            "the failed matter is listed: {page}"
-        );
-        assert!(
-            page.contains("&#60;script&#62;") || page.contains("&lt;script&gt;"),
-            "{page}"
-        );
-        assert!(
-            !page.contains("<script>") && !page.contains("<b>node</b>"),
-            "{page}"
-        );
-    }
+    assert_a_failed_runs_error_is_escaped(&node, &client, &base, &auth).await;
     node.shutdown_within(Duration::from_secs(1)).await;
 }
 
@@ -383,32 +427,10 @@ async fn no_log_line_or_error_message_contains_a_password() {
     );
 }
 
-/// Who is served next, over the API: a firm named and weighed, paused and resumed, the rail
-/// paused, a Brief requested as background work, bad input named, and the per-firm metrics.
-#[actix_rt::test]
-async fn the_firms_api_names_pauses_and_reports_firms() {
-    let db = TestDb::new(8).await.unwrap();
-    let mut s = Settings::defaults();
-    s.database.url = SecretUrl::new(db.url.clone());
-    s.transport.kind = TransportKind::Postgres;
-    s.http.bind = "127.0.0.1:0".into();
-    s.http.token = TOKEN.into();
-    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
-        .pool(db.pool.clone())
-        .surface(briefrail::surface::http::admin())
-        .start()
-        .await
-        .unwrap();
-    let base = format!("http://{}", node.surface_addr().unwrap());
-    let client = awc::Client::default();
-    let auth = ("authorization", format!("Bearer {TOKEN}"));
-    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
-    let mut c = db.pool.get().await.unwrap();
-    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
-        .await
-        .unwrap();
-    drop(c);
-
+/// The firms API: it needs the token; a firm is named and weighed (a weight out of range or
+/// an unknown key refused, naming it), paused by its name, shown paused with its unserved
+/// matter, resumed; an unknown firm name is named as such.
+async fn assert_firms_api(client: &awc::Client, base: &str, firm: Uuid, auth: &(&str, String)) {
     let r = client
         .get(format!("{base}/api/firms"))
         .send()
@@ -475,24 +497,17 @@ async fn the_firms_api_names_pauses_and_reports_firms() {
         .await
         .unwrap();
     assert_eq!(r.status(), 422, "an unknown firm name is named as such");
+}
 
-    // The rail.
-    for (action, paused) in [("pause", true), ("resume", false)] {
-        client
-            .post(format!("{base}/api/rail/{action}"))
-            .insert_header(auth.clone())
-            .send()
-            .await
-            .unwrap();
-        let mut r = client
-            .get(format!("{base}/api/rail"))
-            .insert_header(auth.clone())
-            .send()
-            .await
-            .unwrap();
-        let v: serde_json::Value = r.json().await.unwrap();
-        assert_eq!(v["paused"], paused);
-    }
+/// The rail's limits toward the builder over the API: a count sets, null lifts, absent keeps,
+/// a bad one is refused naming it; a builder's hold is shown and released; the limits need the
+/// token.
+async fn assert_rail_limits_api(
+    db: &TestDb,
+    client: &awc::Client,
+    base: &str,
+    auth: &(&str, String),
+) {
     // Its limits toward the builder: a count sets, null lifts, absent keeps.
     let mut r = client
         .put(format!("{base}/api/rail/limits"))
@@ -564,6 +579,55 @@ async fn the_firms_api_names_pauses_and_reports_firms() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401, "the limits need the token");
+}
+
+/// Who is served next, over the API: a firm named and weighed, paused and resumed, the rail
+/// paused, a Brief requested as background work, bad input named, and the per-firm metrics.
+#[actix_rt::test]
+async fn the_firms_api_names_pauses_and_reports_firms() {
+    let db = TestDb::new(8).await.unwrap();
+    let mut s = Settings::defaults();
+    s.database.url = SecretUrl::new(db.url.clone());
+    s.transport.kind = TransportKind::Postgres;
+    s.http.bind = "127.0.0.1:0".into();
+    s.http.token = TOKEN.into();
+    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+        .pool(db.pool.clone())
+        .surface(briefrail::surface::http::admin())
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let client = awc::Client::default();
+    let auth = ("authorization", format!("Bearer {TOKEN}"));
+    let (firm, matter) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, matter, "Acme v. Globex")
+        .await
+        .unwrap();
+    drop(c);
+
+    assert_firms_api(&client, &base, firm, &auth).await;
+
+    // The rail.
+    for (action, paused) in [("pause", true), ("resume", false)] {
+        client
+            .post(format!("{base}/api/rail/{action}"))
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap();
+        let mut r = client
+            .get(format!("{base}/api/rail"))
+            .insert_header(auth.clone())
+            .send()
+            .await
+            .unwrap();
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["paused"], paused);
+    }
+    // Its limits toward the builder: a count sets, null lifts, absent keeps.
+    assert_rail_limits_api(&db, &client, &base, &auth).await;
 
     // A Brief requested as background work records its class; a class that is none is named.
     let mut r = client
@@ -599,11 +663,9 @@ async fn the_firms_api_names_pauses_and_reports_firms() {
     node.shutdown().await;
 }
 
-/// The console's pages for scripts: matters (filters, pages, totals), one matter's retry, dead
-/// letters and nodes, every route behind the token, every bad value named in JSON.
-#[actix_rt::test]
-async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
-    let db = TestDb::new(8).await.unwrap();
+/// A node `api-node` serving the admin surface, whose builder fails every build (so a matter
+/// runs out of retries), with the embedded transport.
+async fn flaky_api_node(db: &TestDb) -> Node {
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
     s.transport.kind = TransportKind::Postgres;
@@ -612,7 +674,7 @@ async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
     s.http.bind = "127.0.0.1:0".into();
     s.http.token = TOKEN.into();
     s.node.id = "api-node".into();
-    let node = Node::builder(
+    Node::builder(
         Arc::new(s),
         Arc::new(common::flaky::Flaky {
             poisoned: Arc::new(std::sync::atomic::AtomicBool::new(true)),
@@ -622,20 +684,11 @@ async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
     .surface(briefrail::surface::http::admin())
     .start()
     .await
-    .unwrap();
-    let base = format!("http://{}", node.surface_addr().unwrap());
-    let client = awc::Client::default();
-    let auth = ("authorization", format!("Bearer {TOKEN}"));
-    let firm = Uuid::new_v4();
-    let (acme, stuck) = (Uuid::new_v4(), Uuid::new_v4());
-    let mut c = db.pool.get().await.unwrap();
-    facts::create_matter(&mut c, firm, acme, "Acme v. Globex")
-        .await
-        .unwrap();
-    facts::create_matter(&mut c, firm, stuck, "Poisoned v. Initech")
-        .await
-        .unwrap();
-    drop(c);
+    .unwrap()
+}
+
+/// Waits (up to 20 s) until `acme` is fresh and `stuck` is out of retries.
+async fn settled(db: &TestDb, firm: Uuid, acme: Uuid, stuck: Uuid) {
     use briefrail::ledger::matters::MatterState;
     eventually(Duration::from_secs(20), "the matters settled", || {
         let db = &db;
@@ -652,8 +705,15 @@ async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
         }
     })
     .await;
+}
 
-    // Every route wants the token.
+/// Every route of the operator API answers 401 without the token.
+async fn assert_every_route_wants_the_token(
+    client: &awc::Client,
+    base: &str,
+    firm: Uuid,
+    stuck: Uuid,
+) {
     for (method, path) in [
         ("GET", "/api/matters".to_owned()),
         ("GET", "/api/dead-letters".to_owned()),
@@ -669,6 +729,31 @@ async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
             .unwrap();
         assert_eq!(r.status(), 401, "{method} {path}");
     }
+}
+
+/// The console's pages for scripts: matters (filters, pages, totals), one matter's retry, dead
+/// letters and nodes, every route behind the token, every bad value named in JSON.
+#[actix_rt::test]
+async fn the_operator_api_lists_and_retries_with_the_pages_filters() {
+    let db = TestDb::new(8).await.unwrap();
+    let node = flaky_api_node(&db).await;
+    let base = format!("http://{}", node.surface_addr().unwrap());
+    let client = awc::Client::default();
+    let auth = ("authorization", format!("Bearer {TOKEN}"));
+    let firm = Uuid::new_v4();
+    let (acme, stuck) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, acme, "Acme v. Globex")
+        .await
+        .unwrap();
+    facts::create_matter(&mut c, firm, stuck, "Poisoned v. Initech")
+        .await
+        .unwrap();
+    drop(c);
+    settled(&db, firm, acme, stuck).await;
+
+    // Every route wants the token.
+    assert_every_route_wants_the_token(&client, &base, firm, stuck).await;
     let call = |method: &'static str, path: String| {
         let client = &client;
         let auth = auth.clone();

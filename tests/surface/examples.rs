@@ -1,6 +1,6 @@
 //! The embedding examples run as docs/embedding.md says they do: each ends with its Brief landed
 //! and exits 0. `cargo test` builds the examples before it runs any test; a run that selects
-//! only this binary (`--test examples`) needs `cargo build --examples` first, and fails naming it.
+//! only this binary (`--test surface`) needs `cargo build --examples` first, and fails naming it.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -16,8 +16,8 @@ fn example(name: &str) -> PathBuf {
     let path = profile_dir.join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is not built: `cargo test` builds the examples, a run of this binary alone needs \
-         `cargo build --examples` first",
+        "{} is not built: `cargo test` builds the examples, a run of `--test surface` alone \
+         needs `cargo build --examples` first",
         path.display()
     );
     path

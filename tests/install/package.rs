@@ -15,23 +15,21 @@
 //!
 //! Global state: dpkg's database, /usr/bin/briefrail, /etc/briefrail, /var/lib/briefrail,
 //! /usr/lib/systemd/system/briefrail.service, /usr/share/doc/briefrail and the system user
-//! briefrail. The test holds the machine-wide lock tests/deploy.rs takes for its whole run,
+//! briefrail. The test holds the machine-wide lock tests/install/deploy.rs takes for its whole run,
 //! refuses to start when a `briefrail` package or any of these paths is already there (it would
 //! replace an operator's install), and when it ends, also on failure, purges the package and
 //! removes the user if it created it.
-
-mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use briefrail::testing::drop_database_now;
-use common::system::{
+use crate::common::system::{
     MANIFEST, build_dir, cargo, find_tool, migrate_and_serve, read, require_root, system_lock,
     tool, unit_value,
 };
-use common::{BrokerScope, scratch_dir};
+use crate::common::{BrokerScope, scratch_dir};
+use briefrail::testing::drop_database_now;
 
 /// Where the package puts its files; none may exist before it is installed or after it is
 /// purged.
@@ -99,7 +97,7 @@ fn build_package(out_dir: &Path) -> PathBuf {
     let deb = cargo().args(["deb", "--version"]).output();
     assert!(
         deb.as_ref().is_ok_and(|o| o.status.success()),
-        "cargo-deb is missing: tests/package.rs builds the Debian package with it; install it \
+        "cargo-deb is missing: tests/install/package.rs builds the Debian package with it; install it \
          with `cargo install --locked cargo-deb` ({deb:?})"
     );
     let (build_dir, _) = build_dir();
@@ -155,59 +153,25 @@ fn check(path: &str, mode: u32, user: &str, group: &str) {
     );
 }
 
-#[test]
-fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly() {
-    require_root(
-        "tests/package.rs",
-        "installs the Debian package into this machine with dpkg",
-    );
-    for t in [
-        "dpkg",
-        "dpkg-query",
-        "setpriv",
-        "runuser",
-        "userdel",
-        "getent",
-    ] {
-        tool(t);
-    }
-    let _lock = system_lock();
+/// Neither a `briefrail` package nor any of its paths is on this machine: the test would
+/// replace and purge an operator's install.
+fn assert_no_briefrail_package_or_file_is_here() {
     assert!(
         !installed(),
-        "a briefrail package is installed on this machine: tests/package.rs would replace and \
+        "a briefrail package is installed on this machine: tests/install/package.rs would replace and \
          purge it (remove it first, or run the test elsewhere)"
     );
     for p in PACKAGED {
         assert!(
             !Path::new(p).exists(),
-            "{p} exists: tests/package.rs would overwrite it (an install by hand?)"
+            "{p} exists: tests/install/package.rs would overwrite it (an install by hand?)"
         );
     }
-    let scratch = scratch_dir("package");
-    let database = format!(
-        "br_package_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    );
-    let restore = Restore {
-        user_was_there: user_exists(),
-        database: database.clone(),
-        scratch: scratch.clone(),
-    };
+}
 
-    let deb = build_package(&scratch);
-    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        said.contains("systemctl enable --now briefrail"),
-        "a first install says how to start:\n{said}"
-    );
-    // Again, as an upgrade runs the maintainer scripts: idempotent, and silent about starting.
-    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
-    assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("systemctl enable"),
-        "a reinstall repeats the first install's advice"
-    );
-
+/// The binary, without the test hooks' build; the system user, with no login shell; the
+/// configuration: conffiles, the modes of the by-hand recipe, the repository's contents.
+fn assert_the_installed_binary_user_and_configuration() {
     // The binary, without the test hooks' build.
     let out = run(Command::new("/usr/bin/briefrail").arg("--version"));
     assert_eq!(
@@ -241,7 +205,11 @@ fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly()
         std::fs::read_to_string("/etc/briefrail/env").unwrap(),
         read("deploy/env")
     );
-    // The unit: the repository's, installed disabled.
+}
+
+/// The unit: the repository's, installed disabled, running the installed binary, passing
+/// `systemd-analyze verify` where it is installed. Its text.
+fn the_installed_unit() -> String {
     let unit_path = "/usr/lib/systemd/system/briefrail.service";
     let unit = std::fs::read_to_string(unit_path).unwrap();
     assert_eq!(unit, read("deploy/briefrail.service"), "{unit_path}");
@@ -265,6 +233,56 @@ fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly()
             "systemd-analyze is missing: the unit is checked against the repository's only"
         ),
     }
+    unit
+}
+
+#[test]
+fn the_debian_package_installs_a_disabled_unit_that_serves_then_purges_cleanly() {
+    require_root(
+        "tests/install/package.rs",
+        "installs the Debian package into this machine with dpkg",
+    );
+    for t in [
+        "dpkg",
+        "dpkg-query",
+        "setpriv",
+        "runuser",
+        "userdel",
+        "getent",
+    ] {
+        tool(t);
+    }
+    let _lock = system_lock();
+    assert_no_briefrail_package_or_file_is_here();
+    let scratch = scratch_dir("package");
+    let database = format!(
+        "br_package_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let restore = Restore {
+        user_was_there: user_exists(),
+        database: database.clone(),
+        scratch: scratch.clone(),
+    };
+
+    let deb = build_package(&scratch);
+    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("systemctl enable --now briefrail"),
+        "a first install says how to start:\n{said}"
+    );
+    // Again, as an upgrade runs the maintainer scripts: idempotent, and silent about starting.
+    let out = run(Command::new(tool("dpkg")).arg("-i").arg(&deb));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("systemctl enable"),
+        "a reinstall repeats the first install's advice"
+    );
+
+    // The binary, without the test hooks' build; the system user; the configuration.
+    assert_the_installed_binary_user_and_configuration();
+    // The unit: the repository's, installed disabled.
+    let unit = the_installed_unit();
 
     // The operator's edit of the secrets, the guide's migrate line, the unit serving.
     let broker = BrokerScope::new();

@@ -2,11 +2,12 @@
 //! list`, `matter retry`, `brief show`, `dead-letters list|replay|discard`, `nodes`, and
 //! `status` of an unknown matter; real binary, real node, real ledger.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::shell::{briefrail, fails, ok};
 use briefrail::builders::brief::BriefBuilder;
 use briefrail::config::{Settings, TransportKind};
 use briefrail::ledger::matters::MatterState;
@@ -14,49 +15,48 @@ use briefrail::ledger::{dead_letters, facts};
 use briefrail::node::Node;
 use briefrail::secret::SecretUrl;
 use briefrail::testing::TestDb;
-use common::shell::{briefrail, fails, ok};
 use uuid::Uuid;
 
-#[actix_rt::test]
-async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell() {
-    let db = TestDb::new(6).await.unwrap();
+/// A node `shell-node` with the Brief builder and the embedded transport.
+async fn shell_node(db: &TestDb) -> Node {
     let mut s = Settings::defaults();
     s.database.url = SecretUrl::new(db.url.clone());
     s.transport.kind = TransportKind::Postgres;
     s.trigger.debounce_ms = 5;
     s.relay.poll_ms = 50;
     s.node.id = "shell-node".into();
-    let node = Node::builder(Arc::new(s), Arc::new(BriefBuilder))
+    Node::builder(Arc::new(s), Arc::new(BriefBuilder))
         .pool(db.pool.clone())
         .start()
         .await
-        .unwrap();
-    let url = db.url.clone();
-    let firm = Uuid::new_v4();
-    let (acme, other) = (Uuid::new_v4(), Uuid::new_v4());
-    let (f, a, o) = (firm.to_string(), acme.to_string(), other.to_string());
+        .unwrap()
+}
+
+/// Matters `a` ("Acme v. Globex", with two dated documents) and `o` ("Wayne v. Kord") of firm
+/// `f`, recorded with the command line.
+fn record_from_the_shell(url: &str, f: &str, a: &str, o: &str) {
     ok(&briefrail(
-        &url,
+        url,
         &[
             "matter",
             "create",
             "--firm",
-            &f,
+            f,
             "--matter",
-            &a,
+            a,
             "--title",
             "Acme v. Globex",
         ],
     ));
     ok(&briefrail(
-        &url,
+        url,
         &[
             "matter",
             "create",
             "--firm",
-            &f,
+            f,
             "--matter",
-            &o,
+            o,
             "--title",
             "Wayne v. Kord",
         ],
@@ -66,14 +66,14 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
         ("Purchase order", "2024-01-15"),
     ] {
         ok(&briefrail(
-            &url,
+            url,
             &[
                 "document",
                 "add",
                 "--firm",
-                &f,
+                f,
                 "--matter",
-                &a,
+                a,
                 "--title",
                 title,
                 "--dated",
@@ -83,6 +83,10 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
             ],
         ));
     }
+}
+
+/// Waits (up to 20 s) until both matters are fresh.
+async fn both_fresh(db: &TestDb, firm: Uuid, acme: Uuid, other: Uuid) {
     common::eventually(Duration::from_secs(20), "both Briefs", || async {
         let mut c = db.pool.get().await.unwrap();
         let mut fresh = 0;
@@ -98,46 +102,50 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
         (fresh == 2).then_some(())
     })
     .await;
+}
 
-    // matter list: by title, by state; an invalid state names the valid ones.
-    let all = ok(&briefrail(&url, &["matter", "list", "--firm", &f]));
+/// `matter list`: by title, by state, as JSON; an invalid state names the valid ones.
+fn assert_matter_list(url: &str, f: &str, a: &str, o: &str) {
+    let all = ok(&briefrail(url, &["matter", "list", "--firm", f]));
     assert!(
         all.contains("Acme v. Globex") && all.contains("Wayne v. Kord") && all.contains("fresh"),
         "{all}"
     );
     let acme_only = ok(&briefrail(
-        &url,
-        &["matter", "list", "--firm", &f, "--query", "GLOBEX"],
+        url,
+        &["matter", "list", "--firm", f, "--query", "GLOBEX"],
     ));
     assert!(
-        acme_only.contains(&a) && !acme_only.contains(&o),
+        acme_only.contains(a) && !acme_only.contains(o),
         "{acme_only}"
     );
     let none = ok(&briefrail(
-        &url,
-        &["matter", "list", "--firm", &f, "--state", "running"],
+        url,
+        &["matter", "list", "--firm", f, "--state", "running"],
     ));
     assert!(none.contains("no matter matches"), "{none}");
     let json: serde_json::Value = serde_json::from_str(&ok(&briefrail(
-        &url,
-        &["matter", "list", "--firm", &f, "--json"],
+        url,
+        &["matter", "list", "--firm", f, "--json"],
     )))
     .unwrap();
     assert_eq!(json.as_array().unwrap().len(), 2);
     assert_eq!(json[0]["state"], "fresh");
     let bad = fails(
-        &briefrail(&url, &["matter", "list", "--firm", &f, "--state", "stuck"]),
+        &briefrail(url, &["matter", "list", "--firm", f, "--state", "stuck"]),
         2,
     );
     assert!(
         bad.contains("fresh, owed, unserved, running, failed, retries_exhausted, archived"),
         "{bad}"
     );
+}
 
-    // brief show: the Brief for a person (chronology in date order), or its JSON.
+/// `brief show`: the Brief for a person (chronology in date order), or its JSON.
+fn assert_brief_show(url: &str, f: &str, a: &str) {
     let brief = ok(&briefrail(
-        &url,
-        &["brief", "show", "--firm", &f, "--matter", &a],
+        url,
+        &["brief", "show", "--firm", f, "--matter", a],
     ));
     assert!(
         brief.contains("Parties: Acme; Globex") || brief.contains("parties: Acme; Globex"),
@@ -149,12 +157,71 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
     );
     assert!(po < nb, "{brief}");
     let body: serde_json::Value = serde_json::from_str(&ok(&briefrail(
-        &url,
-        &["brief", "show", "--firm", &f, "--matter", &a, "--json"],
+        url,
+        &["brief", "show", "--firm", f, "--matter", a, "--json"],
     )))
     .unwrap();
     assert_eq!(body["kind"], "brief");
     assert_eq!(body["chronology"].as_array().unwrap().len(), 2);
+}
+
+/// `dead-letters`: listed, replayed (refused again: stays), discarded; an unknown one is not
+/// found.
+async fn assert_dead_letters_from_the_shell(db: &TestDb, url: &str) {
+    let id = {
+        let mut c = db.pool.get().await.unwrap();
+        dead_letters::record(
+            &mut c,
+            &dead_letters::Refusal {
+                consumer: briefrail::ledger::inbox::BRIEF_RAIL,
+                event_id: None,
+                routing_key: "document.uploaded",
+                body: b"{not json",
+                traceparent: None,
+                reason: "not a nudge: expected ident",
+                node_id: "amqp-node",
+            },
+        )
+        .await
+        .unwrap()
+        .to_string()
+    };
+    let list = ok(&briefrail(url, &["dead-letters", "list"]));
+    assert!(list.contains(&id) && list.contains("not a nudge"), "{list}");
+    let again = ok(&briefrail(url, &["dead-letters", "replay", &id]));
+    assert!(
+        again.contains("refused again") && again.contains("stays open"),
+        "{again}"
+    );
+    ok(&briefrail(url, &["dead-letters", "discard", &id]));
+    assert!(ok(&briefrail(url, &["dead-letters", "list"])).contains("no dead letters"));
+    assert!(ok(&briefrail(url, &["dead-letters", "list", "--all"])).contains("[discarded]"));
+    let err = fails(
+        &briefrail(
+            url,
+            &["dead-letters", "discard", &Uuid::new_v4().to_string()],
+        ),
+        2,
+    );
+    assert!(err.contains("not found"), "{err}");
+}
+
+#[actix_rt::test]
+async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell() {
+    let db = TestDb::new(6).await.unwrap();
+    let node = shell_node(&db).await;
+    let url = db.url.clone();
+    let firm = Uuid::new_v4();
+    let (acme, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let (f, a, o) = (firm.to_string(), acme.to_string(), other.to_string());
+    record_from_the_shell(&url, &f, &a, &o);
+    both_fresh(&db, firm, acme, other).await;
+
+    // matter list: by title, by state; an invalid state names the valid ones.
+    assert_matter_list(&url, &f, &a, &o);
+
+    // brief show: the Brief for a person (chronology in date order), or its JSON.
+    assert_brief_show(&url, &f, &a);
 
     // Unknown matters exit 2, for status as for every other command.
     let ghost = Uuid::new_v4().to_string();
@@ -213,42 +280,7 @@ async fn an_operator_lists_reads_retries_and_handles_dead_letters_from_the_shell
     .await;
 
     // dead-letters: listed, replayed (refused again: stays), discarded.
-    let id = {
-        let mut c = db.pool.get().await.unwrap();
-        dead_letters::record(
-            &mut c,
-            &dead_letters::Refusal {
-                consumer: briefrail::ledger::inbox::BRIEF_RAIL,
-                event_id: None,
-                routing_key: "document.uploaded",
-                body: b"{not json",
-                traceparent: None,
-                reason: "not a nudge: expected ident",
-                node_id: "amqp-node",
-            },
-        )
-        .await
-        .unwrap()
-        .to_string()
-    };
-    let list = ok(&briefrail(&url, &["dead-letters", "list"]));
-    assert!(list.contains(&id) && list.contains("not a nudge"), "{list}");
-    let again = ok(&briefrail(&url, &["dead-letters", "replay", &id]));
-    assert!(
-        again.contains("refused again") && again.contains("stays open"),
-        "{again}"
-    );
-    ok(&briefrail(&url, &["dead-letters", "discard", &id]));
-    assert!(ok(&briefrail(&url, &["dead-letters", "list"])).contains("no dead letters"));
-    assert!(ok(&briefrail(&url, &["dead-letters", "list", "--all"])).contains("[discarded]"));
-    let err = fails(
-        &briefrail(
-            &url,
-            &["dead-letters", "discard", &Uuid::new_v4().to_string()],
-        ),
-        2,
-    );
-    assert!(err.contains("not found"), "{err}");
+    assert_dead_letters_from_the_shell(&db, &url).await;
 
     // nodes: this node alive, then gone once it stopped.
     let nodes = ok(&briefrail(&url, &["nodes"]));

@@ -4,7 +4,7 @@
 //!
 //! Each rule has a planted bug in `common::mutations` that a test here must catch.
 
-mod common;
+use crate::common::{self, Count};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use briefrail::ledger::transitions::{self as t, ClaimRequest};
 use briefrail::ledger::{ClaimKind, DemandClass, Frame, facts};
 use briefrail::node::Node;
 use briefrail::testing::TestDb;
-use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+use diesel::sql_types::Uuid as SqlUuid;
 use diesel_async::RunQueryDsl;
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
@@ -282,12 +282,6 @@ async fn upload(db: &TestDb, firm: Uuid, class: DemandClass) -> Uuid {
     matter
 }
 
-#[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
 /// Runs of `firm` opened (claimed) after the newest fact of `matter` was recorded and before
 /// `matter`'s first run was: the claims that went ahead of it.
 async fn claimed_ahead(db: &TestDb, firm: Uuid, matter: Uuid) -> i64 {
@@ -397,7 +391,7 @@ struct MatterId {
 
 #[tokio::test]
 async fn every_fairness_rule_has_a_test_that_catches_its_planted_bug() {
-    common::mutations::assert_caught("fairness").await;
+    common::mutations::assert_caught(module_path!()).await;
 }
 
 /// A paused firm's upload waits on a running node (once the pause has reached it, within

@@ -3,7 +3,7 @@
 //! statement's index at a million rows, and planted bugs in the retention SQL caught. Ages are
 //! reached by advancing the ledger clock, never by sleeping.
 
-mod common;
+use crate::common::{self, count, ids};
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -28,36 +28,6 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 fn days(n: u64) -> Duration {
     DAY * n as u32
-}
-
-#[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-async fn count(c: &mut AsyncPgConnection, sql: &str) -> i64 {
-    diesel::sql_query(sql)
-        .get_result::<Count>(c)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .n
-}
-
-#[derive(diesel::QueryableByName)]
-struct Id {
-    #[diesel(sql_type = SqlUuid)]
-    id: Uuid,
-}
-
-async fn ids(c: &mut AsyncPgConnection, sql: &str) -> BTreeSet<Uuid> {
-    diesel::sql_query(sql)
-        .load::<Id>(c)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .into_iter()
-        .map(|i| i.id)
-        .collect()
 }
 
 async fn outbox_ids(c: &mut AsyncPgConnection) -> BTreeSet<Uuid> {
@@ -697,5 +667,5 @@ async fn every_retention_statement_uses_its_index_at_a_million_rows() {
 
 #[tokio::test]
 async fn planted_bugs_in_the_retention_sql_are_caught_by_these_tests() {
-    common::mutations::assert_caught("retention").await;
+    common::mutations::assert_caught(module_path!()).await;
 }

@@ -10,22 +10,20 @@
 //!   image would run it (exec form, the binary itself) against a live node and a dead one.
 //!
 //! Global state: the system user `briefrail` (created if missing, left in place), used under
-//! the machine-wide lock tests/package.rs takes too. Everything else is under the scratch root,
+//! the machine-wide lock tests/install/package.rs takes too. Everything else is under the scratch root,
 //! removed at the end.
-
-mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use briefrail::testing::{TestDb, drop_database_now};
-use common::system::{
-    MANIFEST, environment_file, find_tool, free_port, guide_block, migrate_and_serve, read,
-    require_root, system_lock, tool, unit_value, unit_values,
+use crate::common::system::{
+    MANIFEST, environment_file, find_tool, guide_block, migrate_and_serve, read, require_root,
+    system_lock, tool, unit_value, unit_values,
 };
-use common::{BrokerScope, scratch_dir, spawn_node};
+use crate::common::{BrokerScope, free_port, scratch_dir, spawn_node};
+use briefrail::testing::{TestDb, drop_database_now};
 
 /// The paths the install block writes to; each is moved under the scratch root.
 const INSTALLED: [&str; 4] = [
@@ -106,10 +104,88 @@ impl Drop for Cleanup {
     }
 }
 
+/// The installed unit runs as briefrail:briefrail with the required secrets file, in a
+/// working directory and with writable paths the block set up, and its `ExecStart` runs the
+/// installed binary with the installed configuration.
+fn assert_the_unit_points_at_what_the_block_set_up(
+    unit: &str,
+    at: &dyn Fn(&str) -> PathBuf,
+    config: &Path,
+) {
+    let (user, group) = (unit_value(unit, "User"), unit_value(unit, "Group"));
+    assert_eq!((user.as_str(), group.as_str()), ("briefrail", "briefrail"));
+    let env_file = unit_value(unit, "EnvironmentFile");
+    assert!(
+        !env_file.starts_with('-'),
+        "the secrets are required: EnvironmentFile={env_file}"
+    );
+    assert_eq!(env_file, "/etc/briefrail/env");
+    let workdir = unit_value(unit, "WorkingDirectory");
+    assert!(at(&workdir).is_dir(), "WorkingDirectory={workdir}");
+    for p in unit_values(unit, "ReadWritePaths") {
+        assert!(
+            at(&p).is_dir(),
+            "ReadWritePaths={p} is not set up by the block"
+        );
+    }
+    let exec: Vec<String> = unit_value(unit, "ExecStart")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(exec[0], "/usr/bin/briefrail", "{exec:?}");
+    let config_arg = exec
+        .iter()
+        .position(|a| a == "--config")
+        .map(|i| exec[i + 1].clone())
+        .expect("ExecStart passes --config");
+    assert_eq!(at(&config_arg), config, "ExecStart's --config");
+    assert_eq!(exec.last().map(String::as_str), Some("run"));
+}
+
+/// `systemd-analyze verify` of the installed unit under `root` (systemd resolves the unit's
+/// dependencies, sysinit.target..., under the root too); without systemd-analyze, says so.
+fn verify_with_systemd_analyze(root: &Path, at: &dyn Fn(&str) -> PathBuf) {
+    match find_tool("systemd-analyze") {
+        Some(analyze) => {
+            // systemd resolves the unit's dependencies (sysinit.target...) under the root too.
+            let units = Path::new("/usr/lib/systemd/system");
+            assert!(
+                units.is_dir(),
+                "systemd-analyze is here but {} is not: cannot verify the unit",
+                units.display()
+            );
+            std::fs::create_dir_all(at("/usr/lib/systemd")).unwrap();
+            sh(&format!(
+                "cp -r {} {}",
+                units.display(),
+                at("/usr/lib/systemd").display()
+            ));
+            let out = Command::new(analyze)
+                .arg("verify")
+                .arg(format!("--root={}", root.display()))
+                .arg(at("/etc/systemd/system/briefrail.service"))
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.status.success() && said.trim().is_empty(),
+                "systemd-analyze verify: {said}"
+            );
+        }
+        None => eprintln!(
+            "systemd-analyze is missing: the unit is checked against what the block installed only"
+        ),
+    }
+}
+
 #[test]
 fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_plain_text() {
     require_root(
-        "tests/deploy.rs",
+        "tests/install/deploy.rs",
         "runs the systemd recipe of docs/operations.md, which creates the system user briefrail",
     );
     for t in ["useradd", "install", "runuser", "setpriv", "id", "kill"] {
@@ -167,69 +243,8 @@ fn the_documented_systemd_recipe_installs_a_unit_that_starts_serves_and_logs_pla
         .unwrap_or_else(|e| panic!("the recipe's config and env file: {e}"));
 
     // The unit: what systemd makes of it, and what it points at.
-    let (user, group) = (unit_value(&unit, "User"), unit_value(&unit, "Group"));
-    assert_eq!((user.as_str(), group.as_str()), ("briefrail", "briefrail"));
-    let env_file = unit_value(&unit, "EnvironmentFile");
-    assert!(
-        !env_file.starts_with('-'),
-        "the secrets are required: EnvironmentFile={env_file}"
-    );
-    assert_eq!(env_file, "/etc/briefrail/env");
-    let workdir = unit_value(&unit, "WorkingDirectory");
-    assert!(at(&workdir).is_dir(), "WorkingDirectory={workdir}");
-    for p in unit_values(&unit, "ReadWritePaths") {
-        assert!(
-            at(&p).is_dir(),
-            "ReadWritePaths={p} is not set up by the block"
-        );
-    }
-    let exec: Vec<String> = unit_value(&unit, "ExecStart")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(exec[0], "/usr/bin/briefrail", "{exec:?}");
-    let config_arg = exec
-        .iter()
-        .position(|a| a == "--config")
-        .map(|i| exec[i + 1].clone())
-        .expect("ExecStart passes --config");
-    assert_eq!(at(&config_arg), config, "ExecStart's --config");
-    assert_eq!(exec.last().map(String::as_str), Some("run"));
-    match find_tool("systemd-analyze") {
-        Some(analyze) => {
-            // systemd resolves the unit's dependencies (sysinit.target...) under the root too.
-            let units = Path::new("/usr/lib/systemd/system");
-            assert!(
-                units.is_dir(),
-                "systemd-analyze is here but {} is not: cannot verify the unit",
-                units.display()
-            );
-            std::fs::create_dir_all(at("/usr/lib/systemd")).unwrap();
-            sh(&format!(
-                "cp -r {} {}",
-                units.display(),
-                at("/usr/lib/systemd").display()
-            ));
-            let out = Command::new(analyze)
-                .arg("verify")
-                .arg(format!("--root={}", root.display()))
-                .arg(at("/etc/systemd/system/briefrail.service"))
-                .output()
-                .unwrap();
-            let said = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(
-                out.status.success() && said.trim().is_empty(),
-                "systemd-analyze verify: {said}"
-            );
-        }
-        None => eprintln!(
-            "systemd-analyze is missing: the unit is checked against what the block installed only"
-        ),
-    }
+    assert_the_unit_points_at_what_the_block_set_up(&unit, &at, &config);
+    verify_with_systemd_analyze(&root, &at);
 
     // The operator's edit of the secrets, the guide's migrate line, the unit serving.
     let broker = BrokerScope::new();

@@ -23,7 +23,7 @@
 //! nodes landed builds after the migration, no statement of theirs went missing, and every
 //! uploaded document is in its matter's latest frame.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -32,11 +32,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::{NodeProcess, eventually, scratch_dir};
 use briefrail::db::{self, Pool, PoolOptions, admin};
 use briefrail::ledger::facts;
 use briefrail::testing::server_url;
 use chrono::{DateTime, Utc};
-use common::{NodeProcess, eventually, scratch_dir};
 use diesel::sql_types::{BigInt, Jsonb, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::RunQueryDsl;
 use uuid::Uuid;
@@ -90,7 +90,7 @@ fn require_previous_release_commit() {
     let found = git(&["cat-file", "-e", &format!("{PREVIOUS_RELEASE}^{{commit}}")]);
     assert!(
         found.status.success(),
-        "commit {PREVIOUS_RELEASE} (PREVIOUS_RELEASE in tests/upgrade.rs, the previous release) \
+        "commit {PREVIOUS_RELEASE} (PREVIOUS_RELEASE in tests/install/upgrade.rs, the previous release) \
          is not in the repository at {} (a shallow clone?): run `git fetch --unshallow` (or fetch \
          that commit) and run the test again",
         repository().display()
@@ -479,12 +479,6 @@ async fn write_facts(pool: Pool, firm: Uuid, record: Arc<Mutex<Record>>, stop: A
 }
 
 #[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-#[derive(diesel::QueryableByName)]
 struct DbTime {
     #[diesel(sql_type = Timestamptz)]
     t: DateTime<Utc>,
@@ -500,15 +494,6 @@ async fn db_now(pool: &Pool) -> DateTime<Utc> {
         .t
 }
 
-async fn count(pool: &Pool, sql: &str) -> i64 {
-    let mut c = pool.get().await.unwrap();
-    diesel::sql_query(sql)
-        .get_result::<Count>(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .n
-}
-
 /// Frames `node` landed (runs with outcome `landed`) that finished after `after`.
 async fn landed_by(pool: &Pool, node: &str, after: DateTime<Utc>) -> i64 {
     let mut c = pool.get().await.unwrap();
@@ -518,7 +503,7 @@ async fn landed_by(pool: &Pool, node: &str, after: DateTime<Utc>) -> i64 {
     )
     .bind::<Text, _>(node)
     .bind::<Timestamptz, _>(after)
-    .get_result::<Count>(&mut c)
+    .get_result::<common::Count>(&mut c)
     .await
     .unwrap()
     .n
@@ -612,7 +597,7 @@ struct Served {
     latest_body: Option<serde_json::Value>,
 }
 
-async fn served(pool: &Pool, firm: Uuid) -> Vec<Served> {
+async fn jobs(pool: &Pool, firm: Uuid) -> Vec<Served> {
     let mut c = pool.get().await.unwrap();
     diesel::sql_query(
         "SELECT j.matter_id, j.requested_generation, j.landed_generation, j.run_status,
@@ -642,16 +627,17 @@ struct Outcomes {
     n: i64,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration() {
-    // The test must really upgrade: the previous release's migrations, a strict prefix of ours.
+/// The previous release's migrations and this tree's: this release must add some, after the
+/// previous release's (or the previous release is the pre-release build whose migrations
+/// this tree's baseline squashed). The directories added, and their versions.
+fn migrations_this_release_adds() -> (Vec<String>, Vec<String>) {
     require_previous_release_commit();
     let previous = previous_migrations();
     let current = current_migrations();
     assert_ne!(
         previous, current,
         "this tree has the same migrations as PREVIOUS_RELEASE ({PREVIOUS_RELEASE}), so this test \
-         upgrades nothing: move PREVIOUS_RELEASE (tests/upgrade.rs) to the last commit before the \
+         upgrades nothing: move PREVIOUS_RELEASE (tests/install/upgrade.rs) to the last commit before the \
          migrations this release adds (the previous release; it moves forward when a release \
          ships)"
     );
@@ -669,38 +655,42 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
          tree: {current:?}"
     );
     let added_dirs = if squashed {
-        &current[..]
+        current.clone()
     } else {
-        &current[previous.len()..]
+        current[previous.len()..].to_vec()
     };
     let added: Vec<String> = added_dirs.iter().map(|m| version(m)).collect();
-    let old_binary = previous_release_binary();
-    let new_binary = Path::new(env!("CARGO_BIN_EXE_briefrail"));
+    (added_dirs, added)
+}
 
-    // A database at the previous release's schema, migrated by that release's own binary.
-    let database = OwnDatabase::new();
-    let url = database.url.clone();
-    let migrate = |binary: &Path| {
-        let out = Command::new(binary)
-            .arg("migrate")
-            .env("BRIEFRAIL__DATABASE__URL", &url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run briefrail migrate");
-        assert!(
-            out.status.success(),
-            "{} migrate: {}{}",
-            binary.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    migrate(&old_binary);
-    // Each binary is the release it should be: this release's sees its migrations pending.
-    let pending = db::migrate::pending(&url).await.unwrap();
+/// `binary migrate` on the database at `url`, which must succeed; what it printed.
+fn migrate(binary: &Path, url: &str) -> String {
+    let out = Command::new(binary)
+        .arg("migrate")
+        .env("BRIEFRAIL__DATABASE__URL", url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run briefrail migrate");
+    assert!(
+        out.status.success(),
+        "{} migrate: {}{}",
+        binary.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Only this release's migrations are pending, and this release's binary lists each as such.
+async fn assert_only_these_are_pending(
+    url: &str,
+    new_binary: &Path,
+    added_dirs: &[String],
+    added: &[String],
+) {
+    let pending = db::migrate::pending(url).await.unwrap();
     assert_eq!(pending, added, "only this release's migrations are pending");
-    let status = migrate_status(new_binary, &url);
+    let status = migrate_status(new_binary, url);
     for m in added_dirs {
         assert!(
             status
@@ -709,6 +699,249 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
             "this release's binary must list {m} as pending:\n{status}"
         );
     }
+}
+
+/// (c) A node of this release starts beside the old ones; it lands 5 frames, and the old ones
+/// 5 more beside it. When it started.
+async fn new_node_serves_beside_the_old(
+    pool: &Pool,
+    fleet: &mut Fleet,
+    url: &str,
+    dir: &Path,
+    new_binary: &Path,
+) -> DateTime<Utc> {
+    let new_started = db_now(pool).await;
+    let phase = Instant::now();
+    fleet.nodes.push(spawn_node(new_binary, url, dir, "new"));
+    until_landed(
+        pool,
+        fleet,
+        "new",
+        5,
+        new_started,
+        "the new node to land 5 frames",
+    )
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "the old nodes to land 5 more frames beside the new one",
+        || async {
+            assert_no_missing_statement(pool, fleet).await;
+            (landed_by(pool, "old-a", new_started).await
+                + landed_by(pool, "old-b", new_started).await
+                >= 5)
+                .then_some(())
+        },
+    )
+    .await;
+    last_at_least(phase, Duration::from_secs(8)).await;
+    new_started
+}
+
+/// The last step of a rolling upgrade: SIGTERM to the old nodes, one after the other; each
+/// exits cleanly (handing its claims back).
+async fn stop_the_old_nodes(fleet: &mut Fleet) {
+    for id in ["old-a", "old-b"] {
+        let node = fleet.get(id);
+        node.signal("-TERM");
+        let status = node
+            .wait_exit(Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{id} still running 20 s after SIGTERM"));
+        assert!(status.success(), "{id} exited with {status}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits (up to 90 s) until every matter's demands are served and no claim is left running;
+/// the jobs' rows then.
+async fn every_demand_served(pool: &Pool, fleet: &Fleet, firm: Uuid) -> Vec<Served> {
+    eventually(Duration::from_secs(90), "every demand served", || async {
+        assert_no_missing_statement(pool, fleet).await;
+        let rows = jobs(pool, firm).await;
+        (rows.len() == MATTERS
+            && rows.iter().all(|r| {
+                r.landed_generation == r.requested_generation
+                    && r.run_status != "running"
+                    && r.running_runs == 0
+            }))
+        .then_some(rows)
+    })
+    .await
+}
+
+/// Every frame a fenced landing: exactly one run of its token landed, and it is the frame's
+/// run; every landed run has its frame; tokens land in increasing order; nothing but
+/// landings, and claims the old nodes handed back at SIGTERM.
+async fn assert_every_frame_is_a_fenced_landing(pool: &Pool, fleet: &Fleet) {
+    let unfenced = common::count(
+        &mut pool.get().await.unwrap(),
+        "SELECT count(*) AS n FROM ops.matter_frames f
+          WHERE (SELECT count(*) FROM ops.matter_frame_runs r
+                  WHERE r.firm_id = f.firm_id AND r.matter_id = f.matter_id
+                    AND r.token = f.generation AND r.outcome = 'landed') <> 1
+             OR NOT EXISTS (SELECT 1 FROM ops.matter_frame_runs r
+                             WHERE r.run_id = f.run_id AND r.token = f.generation
+                               AND r.outcome = 'landed')",
+    )
+    .await;
+    assert_eq!(unfenced, 0, "frames that are not exactly one landed run");
+    let frameless = common::count(
+        &mut pool.get().await.unwrap(),
+        "SELECT count(*) AS n FROM ops.matter_frame_runs r
+          WHERE r.outcome = 'landed'
+            AND NOT EXISTS (SELECT 1 FROM ops.matter_frames f
+                             WHERE f.firm_id = r.firm_id AND f.matter_id = r.matter_id
+                               AND f.generation = r.token AND f.run_id = r.run_id)",
+    )
+    .await;
+    assert_eq!(frameless, 0, "landed runs without their frame");
+    let out_of_order = common::count(
+        &mut pool.get().await.unwrap(),
+        "SELECT count(*) AS n FROM ops.matter_frames a JOIN ops.matter_frames b
+             ON a.firm_id = b.firm_id AND a.matter_id = b.matter_id
+          WHERE a.generation < b.generation AND a.created_at > b.created_at",
+    )
+    .await;
+    assert_eq!(out_of_order, 0, "frames that landed out of token order");
+    assert_no_missing_statement(pool, fleet).await;
+    // Nothing but landings, and claims the old nodes handed back at SIGTERM: no lease ran out,
+    // no build was fenced or failed on its own.
+    let other = common::count(
+        &mut pool.get().await.unwrap(),
+        "SELECT count(*) AS n FROM ops.matter_frame_runs
+          WHERE outcome <> 'landed'
+            AND NOT (outcome IN ('failed', 'released') AND error = 'node shutting down'
+                     AND node_id IN ('old-a', 'old-b'))",
+    )
+    .await;
+    assert_eq!(other, 0, "runs neither landed nor handed back at SIGTERM");
+}
+
+/// Every uploaded document is in its matter's latest frame, which is the landed generation.
+fn assert_every_document_in_its_latest_frame(
+    rows: &[Served],
+    documents: &BTreeMap<Uuid, BTreeSet<Uuid>>,
+) {
+    for r in rows {
+        let body = r.latest_body.as_ref().expect("a latest frame");
+        assert_eq!(r.latest_generation, Some(r.landed_generation));
+        assert_eq!(body["token"], r.landed_generation, "{body}");
+        let in_frame: BTreeSet<Uuid> = body["context"]["documents"]
+            .as_array()
+            .expect("the echoed context's documents")
+            .iter()
+            .map(|d| d["document_id"].as_str().unwrap().parse().unwrap())
+            .collect();
+        let uploaded = documents.get(&r.matter_id).cloned().unwrap_or_default();
+        assert_eq!(
+            in_frame, uploaded,
+            "matter {}: the latest frame's documents",
+            r.matter_id
+        );
+    }
+}
+
+/// The previous release landed builds on the migrated schema, before and beside the new node;
+/// the new node landed too. Reports the runs by node and outcome.
+async fn assert_both_releases_landed(
+    pool: &Pool,
+    migrated_at: DateTime<Utc>,
+    new_started: DateTime<Utc>,
+    facts_recorded: usize,
+    documents: &BTreeMap<Uuid, BTreeSet<Uuid>>,
+) {
+    let old_after_migration =
+        landed_by(pool, "old-a", migrated_at).await + landed_by(pool, "old-b", migrated_at).await;
+    let old_beside_new =
+        landed_by(pool, "old-a", new_started).await + landed_by(pool, "old-b", new_started).await;
+    let new_landed = landed_by(pool, "new", new_started).await;
+    assert!(
+        old_after_migration >= 8 && old_beside_new >= 5 && new_landed >= 10,
+        "{old_after_migration} {old_beside_new} {new_landed}"
+    );
+    let mut c = pool.get().await.unwrap();
+    let outcomes: Vec<Outcomes> = diesel::sql_query(
+        "SELECT node_id, outcome, count(*) AS n FROM ops.matter_frame_runs
+          GROUP BY node_id, outcome ORDER BY node_id, outcome",
+    )
+    .load(&mut c)
+    .await
+    .unwrap();
+    drop(c);
+    let documents_uploaded: usize = documents.values().map(BTreeSet::len).sum();
+    eprintln!(
+        "upgrade: {facts_recorded} facts ({MATTERS} matters, {documents_uploaded} documents), \
+         every demand served; the previous release landed {old_after_migration} frames after the \
+         migration ({old_beside_new} beside the new node), the new node {new_landed}; runs by \
+         node and outcome: {}",
+        outcomes
+            .iter()
+            .map(|o| format!("{} {} {}", o.node_id, o.outcome, o.n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// (b) This release's migrations, applied under the running node old-a while facts arrive;
+/// this release's binary then sees none pending. The previous release's `migrate` on the newer
+/// schema applies nothing and fails nothing, and its node old-b starts beside versions it does
+/// not know (a supervisor restarting a node mid-upgrade); both land. When the migration ended.
+async fn migrate_under_the_old_node(
+    pool: &Pool,
+    fleet: &mut Fleet,
+    url: &str,
+    dir: &Path,
+    old_binary: &Path,
+    added: &[String],
+) -> DateTime<Utc> {
+    let applied = db::migrate::run_pending(url).await.unwrap();
+    let migrated_at = db_now(pool).await;
+    let phase = Instant::now();
+    assert_eq!(applied, added);
+    briefrail::testing::plant_mutation(url).await.unwrap();
+    eprintln!("upgrade: applied {applied:?} under the running node old-a");
+    let status = migrate_status(Path::new(env!("CARGO_BIN_EXE_briefrail")), url);
+    assert!(status.contains(" 0 pending"), "{status}");
+    // The previous release's `migrate` on a newer schema applies nothing and fails nothing, and
+    // its node starts beside versions it does not know (a supervisor restarting a node mid-
+    // upgrade).
+    migrate(old_binary, url);
+    fleet.nodes.push(spawn_node(old_binary, url, dir, "old-b"));
+    until_landed(
+        pool,
+        fleet,
+        "old-a",
+        5,
+        migrated_at,
+        "old-a to land 5 frames after the migration",
+    )
+    .await;
+    until_landed(
+        pool,
+        fleet,
+        "old-b",
+        3,
+        migrated_at,
+        "old-b, started on the migrated schema, to land",
+    )
+    .await;
+    last_at_least(phase, Duration::from_secs(4)).await;
+    migrated_at
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration() {
+    // The test must really upgrade: the previous release's migrations, a strict prefix of ours.
+    let (added_dirs, added) = migrations_this_release_adds();
+    let old_binary = previous_release_binary();
+    let new_binary = Path::new(env!("CARGO_BIN_EXE_briefrail"));
+
+    // A database at the previous release's schema, migrated by that release's own binary.
+    let database = OwnDatabase::new();
+    let url = database.url.clone();
+    migrate(&old_binary, &url);
+    // Each binary is the release it should be: this release's sees its migrations pending.
+    assert_only_these_are_pending(&url, new_binary, &added_dirs, &added).await;
     let pool = db::connect(&PoolOptions::new(url.clone()).size(4))
         .await
         .unwrap();
@@ -745,80 +978,18 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
     .await;
     last_at_least(phase, Duration::from_secs(4)).await;
 
-    // (b) This release's migrations, applied under the running node while facts arrive.
-    let applied = db::migrate::run_pending(&url).await.unwrap();
-    let migrated_at = db_now(&pool).await;
-    let phase = Instant::now();
-    assert_eq!(applied, added);
-    briefrail::testing::plant_mutation(&url).await.unwrap();
-    eprintln!("upgrade: applied {applied:?} under the running node old-a");
-    let status = migrate_status(new_binary, &url);
-    assert!(status.contains(" 0 pending"), "{status}");
-    // The previous release's `migrate` on a newer schema applies nothing and fails nothing, and
-    // its node starts beside versions it does not know (a supervisor restarting a node mid-
-    // upgrade).
-    migrate(&old_binary);
-    fleet
-        .nodes
-        .push(spawn_node(&old_binary, &url, &dir, "old-b"));
-    until_landed(
-        &pool,
-        &fleet,
-        "old-a",
-        5,
-        migrated_at,
-        "old-a to land 5 frames after the migration",
-    )
-    .await;
-    until_landed(
-        &pool,
-        &fleet,
-        "old-b",
-        3,
-        migrated_at,
-        "old-b, started on the migrated schema, to land",
-    )
-    .await;
-    last_at_least(phase, Duration::from_secs(4)).await;
+    // (b) This release's migrations, applied under the running node while facts arrive; a
+    // second node of the previous release starts on the migrated schema.
+    let migrated_at =
+        migrate_under_the_old_node(&pool, &mut fleet, &url, &dir, &old_binary, &added).await;
 
     // (c) A node of this release beside them; both releases serve.
-    let new_started = db_now(&pool).await;
-    let phase = Instant::now();
-    fleet.nodes.push(spawn_node(new_binary, &url, &dir, "new"));
-    until_landed(
-        &pool,
-        &fleet,
-        "new",
-        5,
-        new_started,
-        "the new node to land 5 frames",
-    )
-    .await;
-    eventually(
-        Duration::from_secs(60),
-        "the old nodes to land 5 more frames beside the new one",
-        || async {
-            assert_no_missing_statement(&pool, &fleet).await;
-            (landed_by(&pool, "old-a", new_started).await
-                + landed_by(&pool, "old-b", new_started).await
-                >= 5)
-                .then_some(())
-        },
-    )
-    .await;
-    last_at_least(phase, Duration::from_secs(8)).await;
+    let new_started =
+        new_node_serves_beside_the_old(&pool, &mut fleet, &url, &dir, new_binary).await;
 
     // (d) The last step of a rolling upgrade: SIGTERM to the old nodes, one after the other;
     // each hands its claims back, and the new node serves the rest.
-    for id in ["old-a", "old-b"] {
-        let node = fleet.get(id);
-        node.signal("-TERM");
-        let status = node
-            .wait_exit(Duration::from_secs(20))
-            .unwrap_or_else(|| panic!("{id} still running 20 s after SIGTERM"));
-        assert!(status.success(), "{id} exited with {status}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    stop_the_old_nodes(&mut fleet).await;
     let old_stopped = db_now(&pool).await;
     let phase = Instant::now();
     until_landed(
@@ -840,115 +1011,18 @@ async fn the_previous_release_keeps_serving_beside_this_one_across_the_migration
         (r.matters.clone(), r.documents.clone(), r.facts)
     };
     assert_eq!(matters.len(), MATTERS);
-    let rows = eventually(Duration::from_secs(90), "every demand served", || async {
-        assert_no_missing_statement(&pool, &fleet).await;
-        let rows = served(&pool, firm).await;
-        (rows.len() == MATTERS
-            && rows.iter().all(|r| {
-                r.landed_generation == r.requested_generation
-                    && r.run_status != "running"
-                    && r.running_runs == 0
-            }))
-        .then_some(rows)
-    })
-    .await;
+    let rows = every_demand_served(&pool, &fleet, firm).await;
 
     // Every frame a fenced landing: exactly one run of its token landed, and it is the frame's
     // run; every landed run has its frame; tokens land in increasing order.
-    let unfenced = count(
-        &pool,
-        "SELECT count(*) AS n FROM ops.matter_frames f
-          WHERE (SELECT count(*) FROM ops.matter_frame_runs r
-                  WHERE r.firm_id = f.firm_id AND r.matter_id = f.matter_id
-                    AND r.token = f.generation AND r.outcome = 'landed') <> 1
-             OR NOT EXISTS (SELECT 1 FROM ops.matter_frame_runs r
-                             WHERE r.run_id = f.run_id AND r.token = f.generation
-                               AND r.outcome = 'landed')",
-    )
-    .await;
-    assert_eq!(unfenced, 0, "frames that are not exactly one landed run");
-    let frameless = count(
-        &pool,
-        "SELECT count(*) AS n FROM ops.matter_frame_runs r
-          WHERE r.outcome = 'landed'
-            AND NOT EXISTS (SELECT 1 FROM ops.matter_frames f
-                             WHERE f.firm_id = r.firm_id AND f.matter_id = r.matter_id
-                               AND f.generation = r.token AND f.run_id = r.run_id)",
-    )
-    .await;
-    assert_eq!(frameless, 0, "landed runs without their frame");
-    let out_of_order = count(
-        &pool,
-        "SELECT count(*) AS n FROM ops.matter_frames a JOIN ops.matter_frames b
-             ON a.firm_id = b.firm_id AND a.matter_id = b.matter_id
-          WHERE a.generation < b.generation AND a.created_at > b.created_at",
-    )
-    .await;
-    assert_eq!(out_of_order, 0, "frames that landed out of token order");
-    assert_no_missing_statement(&pool, &fleet).await;
-    // Nothing but landings, and claims the old nodes handed back at SIGTERM: no lease ran out,
-    // no build was fenced or failed on its own.
-    let other = count(
-        &pool,
-        "SELECT count(*) AS n FROM ops.matter_frame_runs
-          WHERE outcome <> 'landed'
-            AND NOT (outcome IN ('failed', 'released') AND error = 'node shutting down'
-                     AND node_id IN ('old-a', 'old-b'))",
-    )
-    .await;
-    assert_eq!(other, 0, "runs neither landed nor handed back at SIGTERM");
+    assert_every_frame_is_a_fenced_landing(&pool, &fleet).await;
 
     // Every uploaded document in its matter's latest frame, which is the landed generation.
-    for r in &rows {
-        let body = r.latest_body.as_ref().expect("a latest frame");
-        assert_eq!(r.latest_generation, Some(r.landed_generation));
-        assert_eq!(body["token"], r.landed_generation, "{body}");
-        let in_frame: BTreeSet<Uuid> = body["context"]["documents"]
-            .as_array()
-            .expect("the echoed context's documents")
-            .iter()
-            .map(|d| d["document_id"].as_str().unwrap().parse().unwrap())
-            .collect();
-        let uploaded = documents.get(&r.matter_id).cloned().unwrap_or_default();
-        assert_eq!(
-            in_frame, uploaded,
-            "matter {}: the latest frame's documents",
-            r.matter_id
-        );
-    }
+    assert_every_document_in_its_latest_frame(&rows, &documents);
 
     // The previous release landed builds on the migrated schema, before and beside the new
     // node; the new node landed too.
-    let old_after_migration =
-        landed_by(&pool, "old-a", migrated_at).await + landed_by(&pool, "old-b", migrated_at).await;
-    let old_beside_new =
-        landed_by(&pool, "old-a", new_started).await + landed_by(&pool, "old-b", new_started).await;
-    let new_landed = landed_by(&pool, "new", new_started).await;
-    assert!(
-        old_after_migration >= 8 && old_beside_new >= 5 && new_landed >= 10,
-        "{old_after_migration} {old_beside_new} {new_landed}"
-    );
-    let mut c = pool.get().await.unwrap();
-    let outcomes: Vec<Outcomes> = diesel::sql_query(
-        "SELECT node_id, outcome, count(*) AS n FROM ops.matter_frame_runs
-          GROUP BY node_id, outcome ORDER BY node_id, outcome",
-    )
-    .load(&mut c)
-    .await
-    .unwrap();
-    drop(c);
-    let documents_uploaded: usize = documents.values().map(BTreeSet::len).sum();
-    eprintln!(
-        "upgrade: {facts_recorded} facts ({MATTERS} matters, {documents_uploaded} documents), \
-         every demand served; the previous release landed {old_after_migration} frames after the \
-         migration ({old_beside_new} beside the new node), the new node {new_landed}; runs by \
-         node and outcome: {}",
-        outcomes
-            .iter()
-            .map(|o| format!("{} {} {}", o.node_id, o.outcome, o.n))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    assert_both_releases_landed(&pool, migrated_at, new_started, facts_recorded, &documents).await;
     drop(fleet);
     drop(pool);
     drop(database);

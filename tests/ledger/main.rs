@@ -1,0 +1,16 @@
+//! The `ledger` test binary: ledger, batches, retention, limits, plans, schema_drift, model_vs_sql, trust.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../model/mod.rs"]
+mod model;
+
+mod batches;
+mod ledger;
+mod limits;
+mod model_vs_sql;
+mod plans;
+mod retention;
+mod schema_drift;
+mod trust;
