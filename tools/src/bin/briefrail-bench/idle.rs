@@ -103,7 +103,7 @@ struct Waits {
 pub async fn idle_section(server: &str) -> R<serde_json::Value> {
     let mut out = serde_json::Map::new();
     println!(
-        "\nidle latency to build start, ms ({FACTS} facts per row, one node, debounce 0)\n{:<52} {:>15} {:>15} {:>12}",
+        "\nidle latency to build start, ms ({FACTS} facts per row, one node, debounce 0)\n{:<64} {:>15} {:>15} {:>12}",
         "", "from record", "from commit", "transaction"
     );
     for transport in ["postgres", "amqp"] {
@@ -116,7 +116,7 @@ pub async fn idle_section(server: &str) -> R<serde_json::Value> {
                 sorted(w.transaction),
             );
             println!(
-                "{:<52} {:>6.1} / {:>6.1} {:>6.1} / {:>6.1} {:>12.1}",
+                "{:<64} {:>6.1} / {:>6.1} {:>6.1} / {:>6.1} {:>12.1}",
                 format!("{transport}: {}", v.label()),
                 pct(&r, 0.5),
                 pct(&r, 0.99),
