@@ -131,6 +131,7 @@ internal!(transport);
 // The API an embedder builds on. Everything else is internal (public only to the crate's own
 // tests and tools, through `feature = "testing"`).
 
+pub use actors::{RetentionReport, SweepReport};
 pub use builders::brief::BriefBuilder;
 pub use builders::{BuildContext, Builder, from_settings as builder_from_settings};
 pub use db::admin::{create_database_if_missing, with_database};

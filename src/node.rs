@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use actix::Recipient;
 
-use crate::actors::{ActorOptions, Actors, NodeContext, SweepReport};
+use crate::actors::{ActorOptions, Actors, NodeContext, RetentionReport, SweepReport};
 use crate::builders::Builder;
 use crate::config::Settings;
 use crate::db::{self, Pool};
@@ -195,7 +195,7 @@ impl Node {
     }
 
     /// Runs one retention pass now (`retention.*`: what goes and when).
-    pub async fn retain_now(&self) -> Result<crate::actors::RetentionReport> {
+    pub async fn retain_now(&self) -> Result<RetentionReport> {
         self.actors.retain_now().await
     }
 
@@ -205,6 +205,7 @@ impl Node {
     }
 
     /// What the actors share: settings, pool, node id, metrics, builder slots.
+    #[cfg(feature = "testing")]
     pub fn context(&self) -> &Arc<NodeContext> {
         &self.actors.context
     }

@@ -23,14 +23,21 @@ pub const REST: u32 = 3;
 /// What one pass removed, and the longest statement it ran (the longest any row lock was held).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionReport {
+    /// Consumed outbox events removed.
     pub events: i64,
+    /// Inbox (dedupe) rows removed, once no redelivery can still name them.
     pub inbox_rows: i64,
+    /// Finished runs removed.
     pub runs: i64,
+    /// Superseded frames removed (only when `retention` keeps a limited history).
     pub frames: i64,
+    /// Statements the pass ran, each a small batch.
     pub statements: u32,
+    /// The median statement's duration.
     pub median_statement: Duration,
     /// The 99th percentile: what a row lock's lifetime stays under but for rare disk stalls.
     pub p99_statement: Duration,
+    /// The longest statement: the longest any row lock was held.
     pub longest_statement: Duration,
     /// Whether the pass stopped at its time budget with more left to remove.
     pub unfinished: bool,

@@ -20,10 +20,12 @@ use crate::ledger::transitions as t;
 use crate::metrics::Metrics;
 use crate::nudge::Nudge;
 
-/// What one pass did.
+/// What one sweep pass did ([`crate::Node::sweep_now`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SweepReport {
+    /// Claims whose lease ran out, failed by the sweep (their late commits are fenced).
     pub expired: usize,
+    /// Matters with unserved demand that were nudged again (a lost message only delays work).
     pub unserved: usize,
 }
 
