@@ -3,8 +3,7 @@
 //! only this binary (`--test surface`) needs `cargo build --examples` first, and fails naming it.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 /// The built example beside this test's binary (`target/<profile>/examples/<name>`).
 fn example(name: &str) -> PathBuf {
@@ -23,27 +22,21 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-/// Runs an example to its end (at most two minutes) and returns its output.
+/// Runs an example to its end (at most two minutes, under coreutils' `timeout`) and returns its
+/// output.
 fn run(name: &str) -> String {
-    let mut child = Command::new(example(name))
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg(example(name))
         .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting example {name}: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("waiting for the example").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("the example's output");
-            panic!(
-                "example {name} did not finish within 120 s; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("the example's output");
+        .output()
+        .unwrap_or_else(|e| panic!("starting example {name} under timeout: {e}"));
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "example {name} did not finish within 120 s; stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         out.status.success(),
         "example {name} failed ({}); stdout:\n{}\nstderr:\n{}",
