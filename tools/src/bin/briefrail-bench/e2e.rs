@@ -1,8 +1,10 @@
-//! End to end, as users run it: N matters, each with one new document recorded while no node
-//! runs; then `briefrail run` (the release binary, the brief builder, JSON logs at info) serves
-//! them all. The rate is matters over the time from node start to the last frame, both read from
-//! the database clock; beside it, the raw ceiling measured in the same run with the same number
-//! of connections: one claim and one compare-and-swap per transaction, from a minimal client.
+//! End to end, as users run it: N matters that have been served before (a first round, not
+//! measured), each with one new document recorded while no node runs; then `briefrail run` (the
+//! release binary, the brief builder, JSON logs at info) serves them all. The rate is matters
+//! over the time from node start to the last frame, both read from the database clock. Beside
+//! it, in the same run: the best peer ([`super::peer`]), the raw per-transaction ceiling with
+//! the same number of connections (one claim and one compare-and-swap per transaction, from a
+//! minimal client), and the batched raw ceiling ([`super::batched`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -59,6 +61,8 @@ pub struct Served {
     pub loaded_latency_ms: Option<(f64, f64)>,
     /// Seconds from the node's start to the end of each stage.
     pub phases: Vec<(&'static str, f64)>,
+    /// The batches the rail made.
+    pub batches: Batches,
 }
 
 /// The node's pool, and the ceiling's client count.
@@ -140,8 +144,14 @@ pub(super) async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
     .into_iter()
     .map(|m| m.matter_id)
     .collect();
+    upload_each(pool, firm, &ms).await?;
+    Ok((firm, ms))
+}
+
+/// One new document for each of `matters`, each in its own transaction (8 at a time).
+pub(super) async fn upload_each(pool: &Pool, firm: Uuid, matters: &[Uuid]) -> R<()> {
     let mut tasks = Vec::new();
-    for chunk in ms.chunks(n.div_ceil(8).max(1)) {
+    for chunk in matters.chunks(matters.len().div_ceil(8).max(1)) {
         let (pool, chunk) = (pool.clone(), chunk.to_vec());
         tasks.push(tokio::spawn(async move {
             let mut c = pool.get().await?;
@@ -154,7 +164,7 @@ pub(super) async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
     for t in tasks {
         t.await??;
     }
-    Ok((firm, ms))
+    Ok(())
 }
 
 pub(super) async fn upload(
@@ -252,49 +262,45 @@ async fn db_now(pool: &Pool) -> R<f64> {
     )
 }
 
-/// Serves `run.matters` matters with `run.nodes` node processes; measures.
-pub async fn serve(server: &str, run: &Run) -> R<Served> {
-    let bin = binary()?;
-    let name = format!("{}_e2e", admin::split_url(server)?.0);
-    let (url, pool) = fresh(server, &name).await?;
-    trial_sql(&pool).await?;
-    let (firm, _) = load(&pool, run.matters).await?;
-    exec(&pool, "CHECKPOINT; ANALYZE").await?;
-    let dir = std::env::temp_dir().join(format!("briefrail-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
-    let t0 = db_now(&pool).await?;
-    let mut nodes = Vec::new();
-    for i in 0..run.nodes {
-        nodes.push(spawn(&bin, &url, run, i, &dir, &prefix)?);
+/// Starts `run.nodes` node processes on `url`.
+fn start_nodes(bin: &Path, url: &str, run: &Run, dir: &Path, prefix: &str) -> R<Vec<NodeProc>> {
+    (0..run.nodes)
+        .map(|i| spawn(bin, url, run, i, dir, prefix))
+        .collect()
+}
+
+/// Stops nodes as an operator does (TERM) and waits for them.
+fn stop_nodes(nodes: &mut [NodeProc]) {
+    for n in nodes.iter() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &n.child.id().to_string()])
+            .status();
     }
+    for n in nodes.iter_mut() {
+        let _ = n.child.wait();
+    }
+}
+
+/// Waits until `want` matters of `firm` have a frame made since `t0` (the database clock).
+async fn until_served(
+    pool: &Pool,
+    nodes: &mut [NodeProc],
+    firm: Uuid,
+    t0: f64,
+    want: usize,
+    dir: &Path,
+) -> R<()> {
     let started = Instant::now();
-    // Probe uploads while the load is served: one new matter every 20 ms.
-    let probes = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut ids = Vec::new();
-            let mut c = pool.get().await?;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            for _ in 0..25 {
-                let m = Uuid::new_v4();
-                facts::create_matter(&mut c, firm, m, "Probe v. Latency").await?;
-                ids.push(m);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok::<_, briefrail::Error>(ids)
-        })
-    };
-    let want = run.matters + 25;
-    let limit = Duration::from_secs(60 + run.matters as u64 / 20);
+    let limit = Duration::from_secs(60 + want as u64 / 20);
     let landed = format!(
-        "SELECT count(DISTINCT matter_id) AS n FROM ops.matter_frames WHERE firm_id = '{firm}'"
+        "SELECT count(DISTINCT matter_id) AS n FROM ops.matter_frames
+          WHERE firm_id = '{firm}' AND created_at >= to_timestamp({t0})"
     );
     loop {
-        if scalar(&pool, &landed).await? as usize >= want {
-            break;
+        if scalar(pool, &landed).await? as usize >= want {
+            return Ok(());
         }
-        for n in &mut nodes {
+        for n in nodes.iter_mut() {
             if let Some(status) = n.child.try_wait()? {
                 return Err(
                     format!("a node exited early ({status}); see {}", n.log.display()).into(),
@@ -312,6 +318,57 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         // a share of the database it measures. The rate comes from the last frame's own time.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Serves `run.matters` matters with `run.nodes` node processes; measures. The matters are
+/// served once first (not measured), as real matters have been: their job rows, runs, frames,
+/// outbox and inbox rows exist when each gets the new document the measured round serves.
+pub async fn serve(server: &str, run: &Run) -> R<Served> {
+    let bin = binary()?;
+    let name = format!("{}_e2e", admin::split_url(server)?.0);
+    let (url, pool) = fresh(server, &name).await?;
+    trial_sql(&pool).await?;
+    let (firm, matters) = load(&pool, run.matters).await?;
+    let dir = std::env::temp_dir().join(format!("briefrail-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let before = db_now(&pool).await?;
+    let mut nodes = start_nodes(&bin, &url, run, &dir, &prefix)?;
+    until_served(&pool, &mut nodes, firm, before, run.matters, &dir).await?;
+    stop_nodes(&mut nodes);
+    upload_each(&pool, firm, &matters).await?;
+    exec(&pool, "CHECKPOINT; ANALYZE").await?;
+    let profile = std::env::var("BRIEFRAIL_BENCH_PROFILE").is_ok_and(|v| v == "1");
+    if profile {
+        // Each new session of the node reads the setting; the counters start from here.
+        exec(
+            &pool,
+            &format!(
+                "ALTER DATABASE \"{name}\" SET track_functions = 'pl'; SELECT pg_stat_reset()"
+            ),
+        )
+        .await?;
+    }
+    let t0 = db_now(&pool).await?;
+    let mut nodes = start_nodes(&bin, &url, run, &dir, &prefix)?;
+    // Probe uploads while the load is served: one new matter every 20 ms.
+    let probes = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            let mut c = pool.get().await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for _ in 0..25 {
+                let m = Uuid::new_v4();
+                facts::create_matter(&mut c, firm, m, "Probe v. Latency").await?;
+                ids.push(m);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok::<_, briefrail::Error>(ids)
+        })
+    };
+    let want = run.matters + 25;
+    until_served(&pool, &mut nodes, firm, t0, want, &dir).await?;
     let cpu: f64 = nodes.iter().map(|n| cpu_s(n.child.id())).sum();
     #[derive(diesel::QueryableByName)]
     struct T {
@@ -322,20 +379,17 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     // Every frame, the probes' too: the rate beside the loaded matters' own (see `phases`).
     let last_any: T = diesel::sql_query(format!(
         "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
-           FROM ops.matter_frames f WHERE f.firm_id = '{firm}'"
+           FROM ops.matter_frames f WHERE f.firm_id = '{firm}' AND f.created_at >= to_timestamp({t0})"
     ))
     .get_result(&mut pool.get().await?)
     .await?;
     let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
     let phases = phases(&pool, t0, firm, &probe_ids).await?;
-    for n in &mut nodes {
-        let _ = Command::new("kill")
-            .args(["-TERM", &n.child.id().to_string()])
-            .status();
+    let batches = batches(&pool, t0, firm).await?;
+    if profile {
+        print_function_times(&pool, run.matters).await?;
     }
-    for n in &mut nodes {
-        let _ = n.child.wait();
-    }
+    stop_nodes(&mut nodes);
     let mut bytes = 0u64;
     let mut longest = 0usize;
     for n in &nodes {
@@ -375,6 +429,7 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         node_cpu_s: cpu,
         loaded_latency_ms,
         phases,
+        batches,
     })
 }
 
@@ -397,52 +452,51 @@ async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'s
     } else {
         format!(" AND matter_id NOT IN ({})", quoted(probes))
     };
-    let loaded = format!("firm_id = '{firm}'{not_probe}");
+    // The measured round's rows only: the first round's are older than its start.
+    let loaded = |at: &str| format!("firm_id = '{firm}'{not_probe} AND {at} >= to_timestamp({t0})");
+    let inbox = |at: &str| {
+        format!(
+            "ops.consumed_events c JOIN ops.domain_event_outbox USING (event_id) WHERE {}",
+            loaded(at)
+        )
+    };
     let stages = [
-        ("node up", "min(started_at)", "ops.nodes".to_owned()),
+        (
+            "node up",
+            "min(started_at)",
+            format!("ops.nodes WHERE started_at >= to_timestamp({t0})"),
+        ),
         (
             "first published",
             "min(published_at)",
-            format!("ops.domain_event_outbox WHERE {loaded}"),
+            format!("ops.domain_event_outbox WHERE {}", loaded("published_at")),
         ),
-        (
-            "first demand",
-            "min(c.consumed_at)",
-            format!(
-                "ops.consumed_events c JOIN ops.domain_event_outbox USING (event_id) WHERE {loaded}"
-            ),
-        ),
+        ("first demand", "min(c.consumed_at)", inbox("c.consumed_at")),
         (
             "first claim",
             "min(started_at)",
-            format!("ops.matter_frame_runs WHERE {loaded}"),
+            format!("ops.matter_frame_runs WHERE {}", loaded("started_at")),
         ),
         (
             "first frame",
             "min(created_at)",
-            format!("ops.matter_frames WHERE {loaded}"),
+            format!("ops.matter_frames WHERE {}", loaded("created_at")),
         ),
         (
             "last published",
             "max(published_at)",
-            format!("ops.domain_event_outbox WHERE {loaded}"),
+            format!("ops.domain_event_outbox WHERE {}", loaded("published_at")),
         ),
-        (
-            "last demand",
-            "max(c.consumed_at)",
-            format!(
-                "ops.consumed_events c JOIN ops.domain_event_outbox USING (event_id) WHERE {loaded}"
-            ),
-        ),
+        ("last demand", "max(c.consumed_at)", inbox("c.consumed_at")),
         (
             "last claim",
             "max(started_at)",
-            format!("ops.matter_frame_runs WHERE {loaded}"),
+            format!("ops.matter_frame_runs WHERE {}", loaded("started_at")),
         ),
         (
             LAST_FRAME,
             "max(created_at)",
-            format!("ops.matter_frames WHERE {loaded}"),
+            format!("ops.matter_frames WHERE {}", loaded("created_at")),
         ),
     ];
     #[derive(diesel::QueryableByName)]
@@ -459,6 +513,89 @@ async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'s
         out.push((name, t.t.map_or(f64::NAN, |t| t - t0)));
     }
     Ok(out)
+}
+
+/// The ledger's functions by the time spent in their own bodies in the measured round (the
+/// statistics collector's `pg_stat_user_functions`, with `track_functions`), per served matter.
+async fn print_function_times(pool: &Pool, matters: usize) -> R<()> {
+    #[derive(diesel::QueryableByName)]
+    struct F {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        name: String,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        calls: i64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        self_ms: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        total_ms: f64,
+    }
+    // The node's sessions report their counters when they go idle; give them a moment.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let rows: Vec<F> = diesel::sql_query(
+        "SELECT funcname::text AS name, calls, self_time AS self_ms, total_time AS total_ms
+           FROM pg_stat_user_functions ORDER BY self_time DESC LIMIT 12",
+    )
+    .load(&mut pool.get().await?)
+    .await?;
+    println!("    functions by own time (µs per served matter: own / with callees, calls):");
+    for f in rows {
+        println!(
+            "      {:<22} {:>7.1} {:>7.1} {:>8}",
+            f.name,
+            f.self_ms * 1000.0 / matters as f64,
+            f.total_ms * 1000.0 / matters as f64,
+            f.calls
+        );
+    }
+    Ok(())
+}
+
+/// The batches the rail made in the measured round, read back from the database: the inbox
+/// rows and the frames one transaction wrote share its id (`xmin`: neither is updated after),
+/// and the job rows one claim transaction claimed share its `claimed_snapshot` (two claim
+/// transactions that took the same snapshot count as one, so the claim size is an upper
+/// bound).
+#[derive(Debug, Clone, Copy)]
+pub struct Batches {
+    pub inbox: f64,
+    pub claim: f64,
+    pub commit: f64,
+    /// The mean frame body, bytes of its text.
+    pub body_bytes: f64,
+}
+
+async fn batches(pool: &Pool, t0: f64, firm: Uuid) -> R<Batches> {
+    #[derive(diesel::QueryableByName)]
+    struct B {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        inbox: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        claim: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        commit: f64,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        body_bytes: f64,
+    }
+    let since = format!("to_timestamp({t0})");
+    let b: B = diesel::sql_query(format!(
+        "SELECT (SELECT count(*)::float8 / greatest(count(DISTINCT c.xmin::text), 1)
+                   FROM ops.consumed_events c JOIN ops.domain_event_outbox o USING (event_id)
+                  WHERE o.firm_id = '{firm}' AND c.consumed_at >= {since}) AS inbox,
+                (SELECT count(*)::float8 / greatest(count(DISTINCT claimed_snapshot), 1)
+                   FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND claimed_at >= {since}) AS claim,
+                (SELECT count(*)::float8 / greatest(count(DISTINCT xmin::text), 1)
+                   FROM ops.matter_frames WHERE firm_id = '{firm}' AND created_at >= {since}) AS commit,
+                (SELECT coalesce(avg(length(body::text)), 0)::float8
+                   FROM ops.matter_frames WHERE firm_id = '{firm}' AND created_at >= {since}) AS body_bytes"
+    ))
+    .get_result(&mut pool.get().await?)
+    .await?;
+    Ok(Batches {
+        inbox: b.inbox,
+        claim: b.claim,
+        commit: b.commit,
+        body_bytes: b.body_bytes,
+    })
 }
 
 /// p50 and p99 of outbox commit → build start of the probe matters.
@@ -587,7 +724,13 @@ impl Ceiling {
 }
 
 /// The JSON entry of one run.
-pub fn entry(run: &Run, s: &Served, c: Ceiling) -> serde_json::Value {
+pub fn entry(
+    run: &Run,
+    s: &Served,
+    c: Ceiling,
+    batched: f64,
+    peer: super::peer::PeerRun,
+) -> serde_json::Value {
     let ceiling = c.mean();
     json!({
         "transport": run.transport,
@@ -596,10 +739,21 @@ pub fn entry(run: &Run, s: &Served, c: Ceiling) -> serde_json::Value {
         "nodes": run.nodes,
         "batch_lanes": run.lanes,
         "matters_per_s": s.per_s,
+        "peer_jobs_per_s": peer.per_s,
+        "peer_jobs_per_s_excl_startup": peer.per_s_excl_startup,
+        "vs_peer": s.per_s / peer.per_s,
         "ceiling_tps": ceiling,
         "ceiling_tps_before": c.before,
         "ceiling_tps_after": c.after,
         "ratio": s.per_s / ceiling,
+        "batched_ceiling_matters_per_s": batched,
+        "vs_batched_ceiling": s.per_s / batched,
+        "batch_sizes": {
+            "inbox": s.batches.inbox,
+            "claim": s.batches.claim,
+            "commit": s.batches.commit,
+        },
+        "frame_body_bytes": s.batches.body_bytes,
         "seconds": s.wall_s,
         "with_probes_matters_per_s": s.with_probes_per_s,
         "with_probes_ratio": s.with_probes_per_s / ceiling,

@@ -8,9 +8,11 @@
 //! `briefrail-bench idle` only the idle latency on the user's path ([`idle`]); `briefrail-bench
 //! core` everything but retention.
 
+mod batched;
 mod e2e;
 mod fair;
 mod idle;
+mod peer;
 mod retention;
 
 use std::sync::Arc;
@@ -614,28 +616,32 @@ fn e2e_runs() -> R<Vec<e2e::Run>> {
 /// How long each reading of the ceiling lasts.
 const CEILING_SECONDS: f64 = 4.0;
 
-/// End to end through `briefrail run`, against the raw ceiling at the same connection count.
+/// End to end through `briefrail run`, beside the best peer serving the same number of matters
+/// with the same number of build slots, the raw per-transaction ceiling at the same connection
+/// count, and the batched raw ceiling at the batch size the run made.
 async fn e2e_section(
     server: &str,
     results: &mut serde_json::Map<String, serde_json::Value>,
 ) -> R<()> {
     let runs = e2e_runs()?;
+    let peer_bin = peer::binary()?;
     println!(
-        "\n{:<54} {:>9} {:>9} {:>6} {:>7} {:>9} {:>6} {:>8} {:>15}",
+        "\n{:<54} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>15}",
         "end to end (brief builder, json logs)",
         "matters/s",
-        "ceiling",
-        "ratio",
-        "+probes",
+        "peer",
+        "vs peer",
+        "vs tx",
+        "vs batch",
         "log B/m",
-        "spans",
         "cpu s",
         "loaded p50/p99"
     );
     // The ceiling is read just before and just after each run (the reading after one run is
     // the reading before the next at the same connection count), and the run is compared with
     // their mean: on a shared machine the ceiling moved by half within an hour, and a ceiling
-    // read minutes away from its run made a ratio of that drift.
+    // read minutes away from its run made a ratio of that drift. The peer runs just before
+    // each run, and the batched ceiling just after it, with the batch size the run made.
     let mut last_reading = std::collections::BTreeMap::new();
     let mut list = Vec::new();
     for run in &runs {
@@ -644,35 +650,57 @@ async fn e2e_section(
             Some(c) => *c,
             None => e2e::ceiling(server, conns, CEILING_SECONDS).await?,
         };
+        let peer =
+            peer::throughput(&peer_bin, server, run.matters, run.concurrency * run.nodes).await?;
         let s = e2e::serve(server, run).await?;
         let after = e2e::ceiling(server, conns, CEILING_SECONDS).await?;
+        let sizes = batched::Sizes::of(&s.batches);
+        let batched = batched::ceiling(
+            server,
+            conns,
+            sizes,
+            s.batches.body_bytes as usize,
+            CEILING_SECONDS,
+        )
+        .await?;
         last_reading.insert(conns, after);
         let ceiling = e2e::Ceiling { before, after };
         println!(
-            "{:<54} {:>9.0} {:>9.0} {:>6.2} {:>7.2} {:>9.0} {:>6} {:>8.1} {:>15}",
+            "{:<54} {:>9.0} {:>7.0} {:>7.2} {:>7.2} {:>7.2} {:>7.0} {:>8.1} {:>15}",
             run.label(),
             s.per_s,
-            ceiling.mean(),
+            peer.per_s,
+            s.per_s / peer.per_s,
             s.per_s / ceiling.mean(),
-            s.with_probes_per_s / ceiling.mean(),
+            s.per_s / batched,
             s.log_bytes_per_matter,
-            s.longest_span_chain,
             s.node_cpu_s,
             s.loaded_latency_ms
                 .map(|(a, b)| format!("{a:.0}/{b:.0} ms"))
                 .unwrap_or_default()
         );
         println!(
-            "    ceiling {:.0} before the run, {:.0} after; s from start: {}",
+            "    peer {:.0}/s ({:.0} without its start); per-transaction ceiling {:.0} before, {:.0} after; \
+             batched ceiling {batched:.0} matters/s; the rail's batches (the ceiling's, rounded): \
+             inbox {:.1}, claim {:.1}, commit {:.1}",
+            peer.per_s,
+            peer.per_s_excl_startup,
             ceiling.before,
             ceiling.after,
+            s.batches.inbox,
+            s.batches.claim,
+            s.batches.commit,
+        );
+        println!(
+            "    s from start: {}; with probes {:.0}/s",
             s.phases
                 .iter()
                 .map(|(k, v)| format!("{k} {v:.2}"))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            s.with_probes_per_s,
         );
-        list.push(e2e::entry(run, &s, ceiling));
+        list.push(e2e::entry(run, &s, ceiling, batched, peer));
     }
     results.insert("end_to_end".into(), serde_json::Value::Array(list));
     Ok(())
