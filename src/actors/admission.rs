@@ -76,11 +76,17 @@ impl Queue {
         self.groups.values().map(BinaryHeap::len).sum()
     }
 
-    /// Drops waiters that stopped waiting (their matter actor gave up) and empty groups.
+    /// Drops the waiters at the head of each group that stopped waiting (their matter actor
+    /// gave up), and the groups left empty, so every group's head is a live candidate. Only
+    /// heads are looked at: a waiter deeper in its heap is dropped when it reaches the head.
+    /// Why: this runs before every hold is handed out, and a bulk import puts thousands of
+    /// matters in one group; looking at each of them every time made handing out holds, and
+    /// so claiming, slower the longer the backlog. Each waiter is now dropped once, and a
+    /// hand-out costs the number of groups.
     fn prune(&mut self) {
         for heap in self.groups.values_mut() {
-            if heap.iter().any(|w| w.reply.is_closed()) {
-                heap.retain(|w| !w.reply.is_closed());
+            while heap.peek().is_some_and(|w| w.reply.is_closed()) {
+                heap.pop();
             }
         }
         self.groups.retain(|_, h| !h.is_empty());
@@ -557,6 +563,57 @@ mod tests {
             local_pick(&[inter_busy, inter_idle], &paused, promote),
             None
         );
+    }
+
+    /// A waiter of `firm` recorded `ago_ms` ago; its receiver, or none when it gave up.
+    fn wait(
+        q: &mut Queue,
+        firm: Uuid,
+        ago_ms: u64,
+        gave_up: bool,
+    ) -> Option<oneshot::Receiver<Grant>> {
+        let (tx, rx) = oneshot::channel();
+        q.seq += 1;
+        let seq = q.seq;
+        q.groups
+            .entry((firm, DemandClass::Interactive))
+            .or_default()
+            .push(Waiter {
+                key: MatterKey {
+                    firm_id: firm,
+                    matter_id: Uuid::new_v4(),
+                },
+                recorded_at: Instant::now() - Duration::from_millis(ago_ms),
+                seq,
+                reply: tx,
+            });
+        (!gave_up).then_some(rx)
+    }
+
+    #[test]
+    fn waiters_that_gave_up_leave_as_they_reach_their_groups_head() {
+        let mut q = Queue::default();
+        let (gone, busy) = (Uuid::new_v4(), Uuid::new_v4());
+        // Every waiter of `gone` gave up: it is no candidate.
+        wait(&mut q, gone, 40, true);
+        wait(&mut q, gone, 30, true);
+        // `busy`'s oldest gave up, the next one waits, and one behind it gave up too.
+        wait(&mut q, busy, 50, true);
+        let _live = wait(&mut q, busy, 20, false);
+        wait(&mut q, busy, 10, true);
+        q.prune();
+        let firms: Vec<Uuid> = q.candidates().iter().map(|(_, c)| c.firm_id).collect();
+        assert_eq!(firms, vec![busy]);
+        let head = q.groups[&(busy, DemandClass::Interactive)].peek().unwrap();
+        assert!(!head.reply.is_closed(), "the head is the live waiter");
+        // The one behind it is dropped once it is at the head, and the group with it.
+        q.groups
+            .get_mut(&(busy, DemandClass::Interactive))
+            .unwrap()
+            .pop();
+        q.prune();
+        assert!(q.groups.is_empty());
+        assert!(q.candidates().is_empty());
     }
 
     #[test]

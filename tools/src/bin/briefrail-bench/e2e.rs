@@ -388,6 +388,7 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let batches = batches(&pool, t0, firm).await?;
     if profile {
         print_function_times(&pool, run.matters).await?;
+        print_timeline(&pool, t0, firm).await?;
     }
     stop_nodes(&mut nodes);
     let mut bytes = 0u64;
@@ -545,6 +546,60 @@ async fn print_function_times(pool: &Pool, matters: usize) -> R<()> {
             f.self_ms * 1000.0 / matters as f64,
             f.total_ms * 1000.0 / matters as f64,
             f.calls
+        );
+    }
+    Ok(())
+}
+
+/// Per quarter second of the measured round: events published, demands applied, claims made
+/// and frames landed, so a stage that falls behind shows where.
+async fn print_timeline(pool: &Pool, t0: f64, firm: Uuid) -> R<()> {
+    #[derive(diesel::QueryableByName)]
+    struct Q {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        q: i32,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        published: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        demands: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        claims: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        frames: i64,
+    }
+    let bucket = |col: &str| format!("floor((extract(epoch FROM {col}) - {t0}) * 4)::int");
+    let rows: Vec<Q> = diesel::sql_query(format!(
+        "WITH p AS (SELECT {pb} AS q, count(*) AS n FROM ops.domain_event_outbox
+                     WHERE firm_id = '{firm}' AND published_at >= to_timestamp({t0}) GROUP BY 1),
+              d AS (SELECT {db} AS q, count(*) AS n FROM ops.consumed_events c
+                      JOIN ops.domain_event_outbox o USING (event_id)
+                     WHERE o.firm_id = '{firm}' AND c.consumed_at >= to_timestamp({t0}) GROUP BY 1),
+              c AS (SELECT {cb} AS q, count(*) AS n FROM ops.matter_frame_runs
+                     WHERE firm_id = '{firm}' AND started_at >= to_timestamp({t0}) GROUP BY 1),
+              f AS (SELECT {fb} AS q, count(*) AS n FROM ops.matter_frames
+                     WHERE firm_id = '{firm}' AND created_at >= to_timestamp({t0}) GROUP BY 1),
+              qs AS (SELECT q FROM p UNION SELECT q FROM d UNION SELECT q FROM c UNION SELECT q FROM f)
+         SELECT qs.q, coalesce(p.n, 0) AS published, coalesce(d.n, 0) AS demands,
+                coalesce(c.n, 0) AS claims, coalesce(f.n, 0) AS frames
+           FROM qs LEFT JOIN p USING (q) LEFT JOIN d USING (q) LEFT JOIN c USING (q)
+                LEFT JOIN f USING (q)
+          ORDER BY qs.q",
+        pb = bucket("published_at"),
+        db = bucket("c.consumed_at"),
+        cb = bucket("started_at"),
+        fb = bucket("created_at"),
+    ))
+    .load(&mut pool.get().await?)
+    .await?;
+    println!("    per 0.25 s from start: published / demands / claims / frames");
+    for r in rows {
+        println!(
+            "      {:>5.2} s {:>6} {:>6} {:>6} {:>6}",
+            r.q as f64 / 4.0,
+            r.published,
+            r.demands,
+            r.claims,
+            r.frames
         );
     }
     Ok(())
