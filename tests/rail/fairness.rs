@@ -285,20 +285,43 @@ async fn upload(db: &TestDb, firm: Uuid, class: DemandClass) -> Uuid {
 /// Runs of `firm` opened (claimed) after the newest fact of `matter` was recorded and before
 /// `matter`'s first run was: the claims that went ahead of it.
 async fn claimed_ahead(db: &TestDb, firm: Uuid, matter: Uuid) -> i64 {
-    let mut c = db.pool.get().await.expect("connection");
-    let r: Count = diesel::sql_query(
+    count_for(
+        db,
         "SELECT count(*) AS n FROM ops.matter_frame_runs r
           WHERE r.firm_id = $1
             AND r.started_at > (SELECT max(o.created_at) FROM ops.domain_event_outbox o
                                  WHERE o.matter_id = $2)
             AND r.started_at < (SELECT min(x.started_at) FROM ops.matter_frame_runs x
                                  WHERE x.matter_id = $2)",
+        firm,
+        matter,
     )
-    .bind::<SqlUuid, _>(firm)
-    .bind::<SqlUuid, _>(matter)
-    .get_result(&mut c)
     .await
-    .expect("count");
+}
+
+/// Claims of `firm`'s other matters made after `matter`'s facts were recorded.
+async fn claimed_after(db: &TestDb, firm: Uuid, matter: Uuid) -> i64 {
+    count_for(
+        db,
+        "SELECT count(*) AS n FROM ops.matter_frame_runs r
+          WHERE r.firm_id = $1 AND r.matter_id <> $2
+            AND r.started_at > (SELECT max(o.created_at) FROM ops.domain_event_outbox o
+                                 WHERE o.matter_id = $2)",
+        firm,
+        matter,
+    )
+    .await
+}
+
+/// A count (`AS n`) of a statement on `$1` a firm and `$2` a matter.
+async fn count_for(db: &TestDb, sql: &str, firm: Uuid, matter: Uuid) -> i64 {
+    let mut c = db.pool.get().await.expect("connection");
+    let r: Count = diesel::sql_query(sql)
+        .bind::<SqlUuid, _>(firm)
+        .bind::<SqlUuid, _>(matter)
+        .get_result(&mut c)
+        .await
+        .expect("count");
     r.n
 }
 
@@ -325,9 +348,9 @@ async fn until_built(db: &TestDb, matter: Uuid, limit: Duration) {
     }
 }
 
-/// The promise under load: firm A's backlog of 16 interactive uploads is being served (two
-/// slots, 600 ms builds: about five seconds of work) when firm B's counsel uploads one
-/// document. B's matter takes the next hold that comes free: at most one of A's claims goes
+/// The promise under load: firm A's backlog of 32 interactive uploads is being served (two
+/// slots, 600 ms builds: about ten seconds of work, so it outlasts a loaded machine's stall
+/// between the test's steps) when firm B's counsel uploads one document. B's matter takes the next hold that comes free: at most one of A's claims goes
 /// ahead of it (one freed while B's fact was on its way), where arrival order put all of A's
 /// waiting backlog ahead.
 #[actix_rt::test]
@@ -335,7 +358,7 @@ async fn one_firms_backlog_never_makes_another_firms_upload_wait() {
     let db = TestDb::new(16).await.expect("test db");
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
     let mut backlog = Vec::new();
-    for _ in 0..16 {
+    for _ in 0..32 {
         backlog.push(upload(&db, a, DemandClass::Interactive).await);
     }
     let node = Node::builder(
@@ -355,8 +378,11 @@ async fn one_firms_backlog_never_makes_another_firms_upload_wait() {
     // A background import of firm B waits behind A's interactive uploads.
     let import_b = upload(&db, b, DemandClass::Background).await;
     let upload_a = upload(&db, a, DemandClass::Interactive).await;
-    until_built(&db, upload_a, Duration::from_secs(30)).await;
-    until_built(&db, import_b, Duration::from_secs(30)).await;
+    until_built(&db, upload_a, Duration::from_secs(60)).await;
+    until_built(&db, import_b, Duration::from_secs(60)).await;
+    // The scenario needs both to wait behind A's backlog: some of it was claimed after both
+    // were recorded. Otherwise a free hold rightly went to whichever came first.
+    let behind = claimed_after(&db, a, upload_a).await;
     let mut c = db.pool.get().await.expect("connection");
     let order: Vec<Uuid> = diesel::sql_query(
         "SELECT matter_id AS n FROM ops.matter_frame_runs WHERE matter_id IN ($1, $2)
@@ -375,6 +401,11 @@ async fn one_firms_backlog_never_makes_another_firms_upload_wait() {
     assert!(
         ahead <= 1,
         "{ahead} of firm A's claims went ahead of firm B's upload"
+    );
+    assert!(
+        behind > 0,
+        "firm A's backlog was all claimed before the last uploads were recorded: the test \
+         never made them wait (a stall of the machine longer than the backlog)"
     );
     assert_eq!(
         <[Uuid]>::first(&order),
