@@ -1,5 +1,5 @@
-//! End to end, as users run it: N matters that have been served before (a first round, not
-//! measured), each with one new document recorded while no node runs; then `briefrail run` (the
+//! End to end, as users run it: N matters of several firms that have been served before (a
+//! first round, not measured), each with one new document recorded while no node runs; then `briefrail run` (the
 //! release binary, the brief builder, JSON logs at info) serves them all. The rate is matters
 //! over the time from node start to the last frame, both read from the database clock. Beside
 //! it, in the same run: the best peer ([`super::peer`]), the raw per-transaction ceiling with
@@ -68,6 +68,22 @@ pub struct Served {
 /// The node's pool, and the ceiling's client count.
 pub const POOL: usize = 16;
 
+/// How many firms the load's matters belong to: `BRIEFRAIL_BENCH_FIRMS`, 8 by default. With
+/// more than one, matters of several firms wait for the node's holds at once, so every hold
+/// goes to the firm the ledger's fair order names (`ops.fair_pick`), as in an installation
+/// that serves several firms; 1 measures without that choice.
+pub fn firms() -> R<usize> {
+    match std::env::var("BRIEFRAIL_BENCH_FIRMS") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(
+                format!("BRIEFRAIL_BENCH_FIRMS={v:?}: a whole number of firms, at least 1").into(),
+            ),
+        },
+        Err(_) => Ok(8),
+    }
+}
+
 /// The binary users run: `target/release/briefrail`, next to this benchmark's own binary; or
 /// `BRIEFRAIL_BENCH_BINARY`, another build's binary, to compare two builds on the same load (a
 /// release's migrations keep every statement the previous release calls, so an older binary
@@ -123,39 +139,52 @@ async fn trial_sql(pool: &Pool) -> R<()> {
 /// through the library (one transaction and one outbox event per upload), 8 at a time.
 pub(super) async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
     let firm = Uuid::new_v4();
+    let pairs = load_spread(pool, n, &[firm]).await?;
+    Ok((firm, pairs.into_iter().map(|(_, m)| m).collect()))
+}
+
+/// `n` matters dealt round robin to `firms`, then one uploaded document each, as [`load`];
+/// answers each matter with its firm.
+pub(super) async fn load_spread(pool: &Pool, n: usize, firms: &[Uuid]) -> R<Vec<(Uuid, Uuid)>> {
     exec(
         pool,
         &format!(
             "INSERT INTO record.matters (firm_id, matter_id, title)
-             SELECT '{firm}', gen_random_uuid(), 'Bench ' || i || ' v. Mark' FROM generate_series(1, {n}) i"
+             SELECT (ARRAY[{}]::uuid[])[1 + i % {}], gen_random_uuid(), 'Bench ' || i || ' v. Mark'
+               FROM generate_series(1, {n}) i",
+            quoted(firms),
+            firms.len()
         ),
     )
     .await?;
     #[derive(diesel::QueryableByName)]
     struct M {
         #[diesel(sql_type = diesel::sql_types::Uuid)]
+        firm_id: Uuid,
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
         matter_id: Uuid,
     }
-    let ms: Vec<Uuid> = diesel::sql_query(format!(
-        "SELECT matter_id FROM record.matters WHERE firm_id = '{firm}'"
+    let pairs: Vec<(Uuid, Uuid)> = diesel::sql_query(format!(
+        "SELECT firm_id, matter_id FROM record.matters WHERE firm_id IN ({})",
+        quoted(firms)
     ))
     .load::<M>(&mut pool.get().await?)
     .await?
     .into_iter()
-    .map(|m| m.matter_id)
+    .map(|m| (m.firm_id, m.matter_id))
     .collect();
-    upload_each(pool, firm, &ms).await?;
-    Ok((firm, ms))
+    upload_each(pool, &pairs).await?;
+    Ok(pairs)
 }
 
-/// One new document for each of `matters`, each in its own transaction (8 at a time).
-pub(super) async fn upload_each(pool: &Pool, firm: Uuid, matters: &[Uuid]) -> R<()> {
+/// One new document for each matter, each in its own transaction (8 at a time).
+pub(super) async fn upload_each(pool: &Pool, matters: &[(Uuid, Uuid)]) -> R<()> {
     let mut tasks = Vec::new();
     for chunk in matters.chunks(matters.len().div_ceil(8).max(1)) {
         let (pool, chunk) = (pool.clone(), chunk.to_vec());
         tasks.push(tokio::spawn(async move {
             let mut c = pool.get().await?;
-            for m in chunk {
+            for (firm, m) in chunk {
                 upload(&mut c, firm, m).await?;
             }
             Ok::<_, briefrail::Error>(())
@@ -281,11 +310,12 @@ fn stop_nodes(nodes: &mut [NodeProc]) {
     }
 }
 
-/// Waits until `want` matters of `firm` have a frame made since `t0` (the database clock).
+/// Waits until `want` matters of `firms` (an SQL list) have a frame made since `t0` (the
+/// database clock).
 async fn until_served(
     pool: &Pool,
     nodes: &mut [NodeProc],
-    firm: Uuid,
+    firms: &str,
     t0: f64,
     want: usize,
     dir: &Path,
@@ -294,7 +324,7 @@ async fn until_served(
     let limit = Duration::from_secs(60 + want as u64 / 20);
     let landed = format!(
         "SELECT count(DISTINCT matter_id) AS n FROM ops.matter_frames
-          WHERE firm_id = '{firm}' AND created_at >= to_timestamp({t0})"
+          WHERE firm_id IN {firms} AND created_at >= to_timestamp({t0})"
     );
     loop {
         if scalar(pool, &landed).await? as usize >= want {
@@ -328,15 +358,19 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let name = format!("{}_e2e", admin::split_url(server)?.0);
     let (url, pool) = fresh(server, &name).await?;
     trial_sql(&pool).await?;
-    let (firm, matters) = load(&pool, run.matters).await?;
+    let firm_ids: Vec<Uuid> = (0..firms()?).map(|_| Uuid::new_v4()).collect();
+    let matters = load_spread(&pool, run.matters, &firm_ids).await?;
+    // The load's firms, as the statements below name them; the probes are the first firm's.
+    let firms = format!("({})", quoted(&firm_ids));
+    let firm = firm_ids[0];
     let dir = std::env::temp_dir().join(format!("briefrail-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let prefix = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
     let before = db_now(&pool).await?;
     let mut nodes = start_nodes(&bin, &url, run, &dir, &prefix)?;
-    until_served(&pool, &mut nodes, firm, before, run.matters, &dir).await?;
+    until_served(&pool, &mut nodes, &firms, before, run.matters, &dir).await?;
     stop_nodes(&mut nodes);
-    upload_each(&pool, firm, &matters).await?;
+    upload_each(&pool, &matters).await?;
     exec(&pool, "CHECKPOINT; ANALYZE").await?;
     let profile = std::env::var("BRIEFRAIL_BENCH_PROFILE").is_ok_and(|v| v == "1");
     if profile {
@@ -368,7 +402,7 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         })
     };
     let want = run.matters + 25;
-    until_served(&pool, &mut nodes, firm, t0, want, &dir).await?;
+    until_served(&pool, &mut nodes, &firms, t0, want, &dir).await?;
     let cpu: f64 = nodes.iter().map(|n| cpu_s(n.child.id())).sum();
     #[derive(diesel::QueryableByName)]
     struct T {
@@ -379,16 +413,16 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     // Every frame, the probes' too: the rate beside the loaded matters' own (see `phases`).
     let last_any: T = diesel::sql_query(format!(
         "SELECT extract(epoch FROM max(f.created_at))::float8 AS t
-           FROM ops.matter_frames f WHERE f.firm_id = '{firm}' AND f.created_at >= to_timestamp({t0})"
+           FROM ops.matter_frames f WHERE f.firm_id IN {firms} AND f.created_at >= to_timestamp({t0})"
     ))
     .get_result(&mut pool.get().await?)
     .await?;
     let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
-    let phases = phases(&pool, t0, firm, &probe_ids).await?;
-    let batches = batches(&pool, t0, firm).await?;
+    let phases = phases(&pool, t0, &firms, &probe_ids).await?;
+    let batches = batches(&pool, t0, &firms).await?;
     if profile {
         print_function_times(&pool, run.matters).await?;
-        print_timeline(&pool, t0, firm).await?;
+        print_timeline(&pool, t0, &firms).await?;
     }
     stop_nodes(&mut nodes);
     let mut bytes = 0u64;
@@ -447,14 +481,14 @@ fn quoted(ids: &[Uuid]) -> String {
 
 /// Where a run's time went: seconds from the node's start (the same database clock as the
 /// rate) to the first and the last event of each stage, for the loaded matters (not the probes).
-async fn phases(pool: &Pool, t0: f64, firm: Uuid, probes: &[Uuid]) -> R<Vec<(&'static str, f64)>> {
+async fn phases(pool: &Pool, t0: f64, firms: &str, probes: &[Uuid]) -> R<Vec<(&'static str, f64)>> {
     let not_probe = if probes.is_empty() {
         String::new()
     } else {
         format!(" AND matter_id NOT IN ({})", quoted(probes))
     };
     // The measured round's rows only: the first round's are older than its start.
-    let loaded = |at: &str| format!("firm_id = '{firm}'{not_probe} AND {at} >= to_timestamp({t0})");
+    let loaded = |at: &str| format!("firm_id IN {firms}{not_probe} AND {at} >= to_timestamp({t0})");
     let inbox = |at: &str| {
         format!(
             "ops.consumed_events c JOIN ops.domain_event_outbox USING (event_id) WHERE {}",
@@ -553,7 +587,7 @@ async fn print_function_times(pool: &Pool, matters: usize) -> R<()> {
 
 /// Per quarter second of the measured round: events published, demands applied, claims made
 /// and frames landed, so a stage that falls behind shows where.
-async fn print_timeline(pool: &Pool, t0: f64, firm: Uuid) -> R<()> {
+async fn print_timeline(pool: &Pool, t0: f64, firms: &str) -> R<()> {
     #[derive(diesel::QueryableByName)]
     struct Q {
         #[diesel(sql_type = diesel::sql_types::Integer)]
@@ -570,14 +604,14 @@ async fn print_timeline(pool: &Pool, t0: f64, firm: Uuid) -> R<()> {
     let bucket = |col: &str| format!("floor((extract(epoch FROM {col}) - {t0}) * 4)::int");
     let rows: Vec<Q> = diesel::sql_query(format!(
         "WITH p AS (SELECT {pb} AS q, count(*) AS n FROM ops.domain_event_outbox
-                     WHERE firm_id = '{firm}' AND published_at >= to_timestamp({t0}) GROUP BY 1),
+                     WHERE firm_id IN {firms} AND published_at >= to_timestamp({t0}) GROUP BY 1),
               d AS (SELECT {db} AS q, count(*) AS n FROM ops.consumed_events c
                       JOIN ops.domain_event_outbox o USING (event_id)
-                     WHERE o.firm_id = '{firm}' AND c.consumed_at >= to_timestamp({t0}) GROUP BY 1),
+                     WHERE o.firm_id IN {firms} AND c.consumed_at >= to_timestamp({t0}) GROUP BY 1),
               c AS (SELECT {cb} AS q, count(*) AS n FROM ops.matter_frame_runs
-                     WHERE firm_id = '{firm}' AND started_at >= to_timestamp({t0}) GROUP BY 1),
+                     WHERE firm_id IN {firms} AND started_at >= to_timestamp({t0}) GROUP BY 1),
               f AS (SELECT {fb} AS q, count(*) AS n FROM ops.matter_frames
-                     WHERE firm_id = '{firm}' AND created_at >= to_timestamp({t0}) GROUP BY 1),
+                     WHERE firm_id IN {firms} AND created_at >= to_timestamp({t0}) GROUP BY 1),
               qs AS (SELECT q FROM p UNION SELECT q FROM d UNION SELECT q FROM c UNION SELECT q FROM f)
          SELECT qs.q, coalesce(p.n, 0) AS published, coalesce(d.n, 0) AS demands,
                 coalesce(c.n, 0) AS claims, coalesce(f.n, 0) AS frames
@@ -619,7 +653,7 @@ pub struct Batches {
     pub body_bytes: f64,
 }
 
-async fn batches(pool: &Pool, t0: f64, firm: Uuid) -> R<Batches> {
+async fn batches(pool: &Pool, t0: f64, firms: &str) -> R<Batches> {
     #[derive(diesel::QueryableByName)]
     struct B {
         #[diesel(sql_type = diesel::sql_types::Double)]
@@ -635,13 +669,13 @@ async fn batches(pool: &Pool, t0: f64, firm: Uuid) -> R<Batches> {
     let b: B = diesel::sql_query(format!(
         "SELECT (SELECT count(*)::float8 / greatest(count(DISTINCT c.xmin::text), 1)
                    FROM ops.consumed_events c JOIN ops.domain_event_outbox o USING (event_id)
-                  WHERE o.firm_id = '{firm}' AND c.consumed_at >= {since}) AS inbox,
+                  WHERE o.firm_id IN {firms} AND c.consumed_at >= {since}) AS inbox,
                 (SELECT count(*)::float8 / greatest(count(DISTINCT claimed_snapshot), 1)
-                   FROM ops.matter_frame_jobs WHERE firm_id = '{firm}' AND claimed_at >= {since}) AS claim,
+                   FROM ops.matter_frame_jobs WHERE firm_id IN {firms} AND claimed_at >= {since}) AS claim,
                 (SELECT count(*)::float8 / greatest(count(DISTINCT xmin::text), 1)
-                   FROM ops.matter_frames WHERE firm_id = '{firm}' AND created_at >= {since}) AS commit,
+                   FROM ops.matter_frames WHERE firm_id IN {firms} AND created_at >= {since}) AS commit,
                 (SELECT coalesce(avg(length(body::text)), 0)::float8
-                   FROM ops.matter_frames WHERE firm_id = '{firm}' AND created_at >= {since}) AS body_bytes"
+                   FROM ops.matter_frames WHERE firm_id IN {firms} AND created_at >= {since}) AS body_bytes"
     ))
     .get_result(&mut pool.get().await?)
     .await?;
@@ -793,6 +827,7 @@ pub fn entry(
         "builders_concurrency": run.concurrency,
         "nodes": run.nodes,
         "batch_lanes": run.lanes,
+        "firms": firms().unwrap_or(0),
         "matters_per_s": s.per_s,
         "peer_jobs_per_s": peer.per_s,
         "peer_jobs_per_s_excl_startup": peer.per_s_excl_startup,
