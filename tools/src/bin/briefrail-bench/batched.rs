@@ -9,12 +9,12 @@
 //! compare-and-swaps, their frames and their closed runs. The matters have been served before
 //! (a job row at generation 1, its run and its frame), as real matters have.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use briefrail::db::{Pool, admin};
 use uuid::Uuid;
 
-use super::e2e::fresh;
+use super::e2e::{clients_rate, fresh, job_matters};
 use super::{R, exec};
 
 /// The inbox rows and the demands of a batch.
@@ -103,23 +103,11 @@ pub async fn ceiling(
     drop(pool);
     let body =
         serde_json::json!({ "brief": "x".repeat(body_bytes.saturating_sub(12)) }).to_string();
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..conns {
-        let mine: Vec<Uuid> = matters.iter().skip(w).step_by(conns).copied().collect();
+    clients_rate(server, &name, conns, &matters, secs, |mine, deadline| {
         let (url, body) = (url.clone(), body.clone());
-        tasks.push(tokio::spawn(async move {
-            client(&url, firm, mine, sizes, &body, deadline).await
-        }));
-    }
-    let mut served = 0u64;
-    for t in tasks {
-        served += t.await??;
-    }
-    let rate = served as f64 / start.elapsed().as_secs_f64();
-    admin::drop_database(server, &name).await?;
-    Ok(rate)
+        async move { client(&url, firm, mine, sizes, &body, deadline).await }
+    })
+    .await
 }
 
 /// `n` matters of `firm` served once: each a job row at generation 1, a landed run and a frame.
@@ -141,20 +129,7 @@ async fn served_before(pool: &Pool, firm: Uuid, n: usize) -> R<Vec<Uuid>> {
         ),
     )
     .await?;
-    #[derive(diesel::QueryableByName)]
-    struct M {
-        #[diesel(sql_type = diesel::sql_types::Uuid)]
-        matter_id: Uuid,
-    }
-    use diesel_async::RunQueryDsl;
-    Ok(diesel::sql_query(format!(
-        "SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}'"
-    ))
-    .load::<M>(&mut pool.get().await?)
-    .await?
-    .into_iter()
-    .map(|m| m.matter_id)
-    .collect())
+    job_matters(pool, firm).await
 }
 
 /// One client: rounds of its own matters, each round's demands, then its claims, then its

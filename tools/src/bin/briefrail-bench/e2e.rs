@@ -1,10 +1,11 @@
 //! End to end, as users run it: N matters of several firms that have been served before (a
-//! first round, not measured), each with one new document recorded while no node runs; then `briefrail run` (the
-//! release binary, the brief builder, JSON logs at info) serves them all. The rate is matters
-//! over the time from node start to the last frame, both read from the database clock. Beside
-//! it, in the same run: the best peer ([`super::peer`]), the raw per-transaction ceiling with
-//! the same number of connections (one claim and one compare-and-swap per transaction, from a
-//! minimal client), and the batched raw ceiling ([`super::batched`]).
+//! first round, not measured), each with one new document recorded while no node runs; then
+//! `briefrail run` (the release binary, the brief builder, JSON logs at info) serves them all.
+//! The rate is matters over the time from node start to the last frame, both read from the
+//! database clock. Beside it, in the same run: the best peer ([`super::peer`]), the raw
+//! per-transaction ceiling with the same number of connections (one claim and one
+//! compare-and-swap per transaction, from a minimal client), and the batched raw ceiling
+//! ([`super::batched`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,6 +64,8 @@ pub struct Served {
     pub phases: Vec<(&'static str, f64)>,
     /// The batches the rail made.
     pub batches: Batches,
+    /// How many firms the load's matters belong to ([`firms`]).
+    pub firms: usize,
 }
 
 /// The node's pool, and the ceiling's client count.
@@ -146,14 +149,13 @@ pub(super) async fn load(pool: &Pool, n: usize) -> R<(Uuid, Vec<Uuid>)> {
 /// `n` matters dealt round robin to `firms`, then one uploaded document each, as [`load`];
 /// answers each matter with its firm.
 pub(super) async fn load_spread(pool: &Pool, n: usize, firms: &[Uuid]) -> R<Vec<(Uuid, Uuid)>> {
+    let (list, count) = (quoted(firms), firms.len());
     exec(
         pool,
         &format!(
             "INSERT INTO record.matters (firm_id, matter_id, title)
-             SELECT (ARRAY[{}]::uuid[])[1 + i % {}], gen_random_uuid(), 'Bench ' || i || ' v. Mark'
-               FROM generate_series(1, {n}) i",
-            quoted(firms),
-            firms.len()
+             SELECT (ARRAY[{list}]::uuid[])[1 + i % {count}], gen_random_uuid(), 'Bench ' || i || ' v. Mark'
+               FROM generate_series(1, {n}) i"
         ),
     )
     .await?;
@@ -165,8 +167,7 @@ pub(super) async fn load_spread(pool: &Pool, n: usize, firms: &[Uuid]) -> R<Vec<
         matter_id: Uuid,
     }
     let pairs: Vec<(Uuid, Uuid)> = diesel::sql_query(format!(
-        "SELECT firm_id, matter_id FROM record.matters WHERE firm_id IN ({})",
-        quoted(firms)
+        "SELECT firm_id, matter_id FROM record.matters WHERE firm_id IN ({list})"
     ))
     .load::<M>(&mut pool.get().await?)
     .await?
@@ -465,6 +466,7 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
         loaded_latency_ms,
         phases,
         batches,
+        firms: firm_ids.len(),
     })
 }
 
@@ -644,29 +646,22 @@ async fn print_timeline(pool: &Pool, t0: f64, firms: &str) -> R<()> {
 /// and the job rows one claim transaction claimed share its `claimed_snapshot` (two claim
 /// transactions that took the same snapshot count as one, so the claim size is an upper
 /// bound).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, diesel::QueryableByName)]
 pub struct Batches {
+    #[diesel(sql_type = diesel::sql_types::Double)]
     pub inbox: f64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
     pub claim: f64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
     pub commit: f64,
     /// The mean frame body, bytes of its text.
+    #[diesel(sql_type = diesel::sql_types::Double)]
     pub body_bytes: f64,
 }
 
 async fn batches(pool: &Pool, t0: f64, firms: &str) -> R<Batches> {
-    #[derive(diesel::QueryableByName)]
-    struct B {
-        #[diesel(sql_type = diesel::sql_types::Double)]
-        inbox: f64,
-        #[diesel(sql_type = diesel::sql_types::Double)]
-        claim: f64,
-        #[diesel(sql_type = diesel::sql_types::Double)]
-        commit: f64,
-        #[diesel(sql_type = diesel::sql_types::Double)]
-        body_bytes: f64,
-    }
     let since = format!("to_timestamp({t0})");
-    let b: B = diesel::sql_query(format!(
+    Ok(diesel::sql_query(format!(
         "SELECT (SELECT count(*)::float8 / greatest(count(DISTINCT c.xmin::text), 1)
                    FROM ops.consumed_events c JOIN ops.domain_event_outbox o USING (event_id)
                   WHERE o.firm_id IN {firms} AND c.consumed_at >= {since}) AS inbox,
@@ -678,13 +673,7 @@ async fn batches(pool: &Pool, t0: f64, firms: &str) -> R<Batches> {
                    FROM ops.matter_frames WHERE firm_id IN {firms} AND created_at >= {since}) AS body_bytes"
     ))
     .get_result(&mut pool.get().await?)
-    .await?;
-    Ok(Batches {
-        inbox: b.inbox,
-        claim: b.claim,
-        commit: b.commit,
-        body_bytes: b.body_bytes,
-    })
+    .await?)
 }
 
 /// p50 and p99 of outbox commit → build start of the probe matters.
@@ -728,73 +717,106 @@ pub async fn ceiling(server: &str, conns: usize, secs: f64) -> R<f64> {
         ),
     )
     .await?;
+    let ms = job_matters(&pool, firm).await?;
+    drop(pool);
+    clients_rate(server, &name, conns, &ms, secs, |mine, deadline| {
+        per_transaction(url.clone(), firm, mine, deadline)
+    })
+    .await
+}
+
+/// One client of the per-transaction ceiling: claim → CAS transactions over its own matters
+/// until `deadline`; answers how many it made.
+async fn per_transaction(
+    url: String,
+    firm: Uuid,
+    mine: Vec<Uuid>,
+    deadline: Instant,
+) -> Result<u64, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    // The seed's two statements, as raw SQL: the conditional upsert that claims, and the
+    // compare-and-swap on the token it returned.
+    let claim = client
+        .prepare(
+            "INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, run_status, requested_generation,
+                                                     claimed_generation, claimed_at, lease_expires_at)
+             VALUES ($1, $2, 'running', 1, 1, now(), now() + interval '60 seconds')
+             ON CONFLICT (firm_id, matter_id) DO UPDATE SET
+                 run_status = 'running', requested_generation = j.requested_generation + 1,
+                 claimed_generation = j.requested_generation + 1, claimed_at = now(),
+                 lease_expires_at = now() + interval '60 seconds'
+              WHERE j.run_status <> 'running' OR j.lease_expires_at < now()
+             RETURNING claimed_generation",
+        )
+        .await?;
+    let cas = client
+        .prepare(
+            "UPDATE ops.matter_frame_jobs SET run_status = 'idle', landed_generation = $3
+              WHERE firm_id = $1 AND matter_id = $2 AND claimed_generation = $3
+                AND run_status = 'running'",
+        )
+        .await?;
+    let mut n = 0u64;
+    for m in mine.iter().cycle() {
+        if Instant::now() > deadline {
+            break;
+        }
+        client.batch_execute("BEGIN").await?;
+        let token: i64 = client.query_one(&claim, &[&firm, m]).await?.get(0);
+        tokio_postgres::Client::execute(&client, &cas, &[&firm, m, &token]).await?;
+        client.batch_execute("COMMIT").await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The matters of `firm` that have a job row.
+pub(super) async fn job_matters(pool: &Pool, firm: Uuid) -> R<Vec<Uuid>> {
     #[derive(diesel::QueryableByName)]
     struct M {
         #[diesel(sql_type = diesel::sql_types::Uuid)]
         matter_id: Uuid,
     }
-    let ms: Vec<Uuid> = diesel::sql_query(format!(
+    Ok(diesel::sql_query(format!(
         "SELECT matter_id FROM ops.matter_frame_jobs WHERE firm_id = '{firm}'"
     ))
     .load::<M>(&mut pool.get().await?)
     .await?
     .into_iter()
     .map(|m| m.matter_id)
-    .collect();
-    drop(pool);
+    .collect())
+}
+
+/// A ceiling's reading: `conns` clients at once for `secs` seconds, client `w` on every
+/// `conns`-th of `matters`, each answering how many matters it served by the deadline it is
+/// handed. Answers their total per second, and drops the database `name` they ran in.
+pub(super) async fn clients_rate<F, Fut>(
+    server: &str,
+    name: &str,
+    conns: usize,
+    matters: &[Uuid],
+    secs: f64,
+    client: F,
+) -> R<f64>
+where
+    F: Fn(Vec<Uuid>, Instant) -> Fut,
+    Fut: std::future::Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'static,
+{
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..conns {
-        let mine: Vec<Uuid> = ms.iter().skip(w).step_by(conns).copied().collect();
-        let url = url.clone();
-        tasks.push(tokio::spawn(async move {
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-            tokio::spawn(conn);
-            // The seed's two statements, as raw SQL: the conditional upsert that claims, and
-            // the compare-and-swap on the token it returned.
-            let claim = client
-                .prepare(
-                    "INSERT INTO ops.matter_frame_jobs AS j (firm_id, matter_id, run_status, requested_generation,
-                                                             claimed_generation, claimed_at, lease_expires_at)
-                     VALUES ($1, $2, 'running', 1, 1, now(), now() + interval '60 seconds')
-                     ON CONFLICT (firm_id, matter_id) DO UPDATE SET
-                         run_status = 'running', requested_generation = j.requested_generation + 1,
-                         claimed_generation = j.requested_generation + 1, claimed_at = now(),
-                         lease_expires_at = now() + interval '60 seconds'
-                      WHERE j.run_status <> 'running' OR j.lease_expires_at < now()
-                     RETURNING claimed_generation",
-                )
-                .await?;
-            let cas = client
-                .prepare(
-                    "UPDATE ops.matter_frame_jobs SET run_status = 'idle', landed_generation = $3
-                      WHERE firm_id = $1 AND matter_id = $2 AND claimed_generation = $3
-                        AND run_status = 'running'",
-                )
-                .await?;
-            let mut n = 0u64;
-            'outer: loop {
-                for m in &mine {
-                    if Instant::now() > deadline {
-                        break 'outer;
-                    }
-                    client.batch_execute("BEGIN").await?;
-                    let token: i64 = client.query_one(&claim, &[&firm, m]).await?.get(0);
-                    tokio_postgres::Client::execute(&client, &cas, &[&firm, m, &token]).await?;
-                    client.batch_execute("COMMIT").await?;
-                    n += 1;
-                }
-            }
-            Ok::<u64, tokio_postgres::Error>(n)
-        }));
-    }
-    let mut total = 0u64;
+    let tasks: Vec<_> = (0..conns)
+        .map(|w| {
+            let mine = matters.iter().skip(w).step_by(conns).copied().collect();
+            tokio::spawn(client(mine, deadline))
+        })
+        .collect();
+    let mut served = 0u64;
     for t in tasks {
-        total += t.await??;
+        served += t.await??;
     }
-    let rate = total as f64 / start.elapsed().as_secs_f64();
-    admin::drop_database(server, &name).await?;
+    let rate = served as f64 / start.elapsed().as_secs_f64();
+    admin::drop_database(server, name).await?;
     Ok(rate)
 }
 
@@ -827,7 +849,7 @@ pub fn entry(
         "builders_concurrency": run.concurrency,
         "nodes": run.nodes,
         "batch_lanes": run.lanes,
-        "firms": firms().unwrap_or(0),
+        "firms": s.firms,
         "matters_per_s": s.per_s,
         "peer_jobs_per_s": peer.per_s,
         "peer_jobs_per_s_excl_startup": peer.per_s_excl_startup,

@@ -7,7 +7,7 @@
 //! The harness is its own cargo package, outside the workspace, so SQLx never enters the
 //! product's build: it is built here on first use, into `target/peer`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use briefrail::db::admin;
@@ -71,7 +71,7 @@ pub struct PeerRun {
 
 /// Runs the peer's throughput scenario (`queue_per_matter`) at `n` matters and `concurrency`
 /// workers in its own database on `server`, which it drops after.
-pub async fn throughput(bin: &PathBuf, server: &str, n: usize, concurrency: usize) -> R<PeerRun> {
+pub async fn throughput(bin: &Path, server: &str, n: usize, concurrency: usize) -> R<PeerRun> {
     let name = format!("{}_peer", admin::split_url(server)?.0);
     let url = admin::with_database(server, &name)?;
     admin::drop_database(server, &name).await?;
