@@ -124,16 +124,25 @@ pub async fn clock_skew(w: &mut World) -> Result<String, String> {
     Ok(format!("{id} restarted under libfaketime {skew:?}"))
 }
 
-/// Whether node `idx` runs under libfaketime (polled: the loader maps it at exec).
+/// Whether node `idx` runs under libfaketime (polled: the loader maps it at exec, but a
+/// loaded machine can take seconds to get there). A node that exited meanwhile is named as
+/// such, not as a missing library.
 pub async fn proven_skew(w: &World, idx: usize) -> Result<(), String> {
-    for _ in 0..50 {
-        if nodes::runs_faketime(&w.nodes[idx].pid()) {
+    let pid = w.nodes[idx].pid();
+    for _ in 0..150 {
+        if nodes::runs_faketime(&pid) {
             return Ok(());
+        }
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(format!(
+                "{} (pid {pid}) exited before it could be seen running under libfaketime",
+                w.nodes[idx].id()
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(format!(
-        "{} does not have libfaketime mapped ({} missing or not preloaded)",
+        "{} does not have libfaketime mapped after 15 s ({} missing or not preloaded)",
         w.nodes[idx].id(),
         nodes::FAKETIME_LIB
     ))
