@@ -10,7 +10,8 @@
 //! The ledger is asked only when the choice is real: with one group waiting, and that firm not
 //! paused, the hold goes to its oldest matter at once; with none waiting and a hold free, the
 //! matter takes it on the spot. What is paused is read from the ledger every
-//! [`PAUSE_REFRESH`], so a pause or a resume takes effect on every node within it. If the
+//! [`PAUSE_REFRESH`], so a pause or a resume takes effect on every node within it; a node
+//! that has not read it yet (just started, the ledger slow) hands out nothing. If the
 //! ledger cannot answer the pick, the node orders its waiters by the same rules with what it
 //! knows (its own claims, the pauses it read last) rather than stall: order is never a
 //! question of correctness, the claim's compare-and-swap is.
@@ -66,6 +67,11 @@ struct Queue {
     pending: HashMap<Uuid, u32>,
     paused: Paused,
     limits: Limits,
+    /// `paused` and `limits` have been read from the ledger at least once. Until then they are
+    /// defaults that say "nothing paused, no limit", which a node may not assume: a node that
+    /// started while the ledger was slow to answer would otherwise build past the fleet's cap
+    /// and through a pause. Nothing is handed out before this is true.
+    read: bool,
     seq: u64,
     /// The node is draining: nobody new waits, and waiters are let go.
     closed: bool,
@@ -237,6 +243,11 @@ impl Admission {
         self.queue.lock().map(|q| q.waiting()).unwrap_or(0)
     }
 
+    /// Whether the node has read what is paused and the fleet's limits since it started.
+    fn has_read(&self) -> bool {
+        self.queue.lock().is_ok_and(|q| q.read)
+    }
+
     /// The fleet's limits as this node read them last.
     pub fn limits(&self) -> Limits {
         self.queue.lock().map(|q| q.limits).unwrap_or_default()
@@ -264,6 +275,7 @@ impl Admission {
                 return None;
             }
             if q.groups.is_empty()
+                && q.read
                 && !q.paused.holds(key.firm_id)
                 && !q.limits.active()
                 && let Some(hold) = self.capacity.try_hold()
@@ -305,6 +317,18 @@ impl Admission {
         loop {
             if *draining.borrow() {
                 break;
+            }
+            if !self.has_read() {
+                // Fail closed: the limits are a promise to the builder and a pause a promise to
+                // the operator, so nothing is handed out until the ledger has said what they are.
+                self.refresh_paused().await;
+                if !self.has_read() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(PERMIT_POLL) => {}
+                        _ = draining.changed() => {}
+                    }
+                }
+                continue;
             }
             let waiting = self.queue.lock().map(|q| q.waiting()).unwrap_or(0);
             if waiting == 0 {
@@ -490,6 +514,7 @@ impl Admission {
                                        "the fleet's build limits changed");
                     }
                     q.limits = limits;
+                    q.read = true;
                     changed
                 };
                 if changed {

@@ -363,6 +363,48 @@ async fn two_nodes_never_run_more_builds_than_the_cap_together() {
     b.shutdown().await;
 }
 
+/// A node that starts while it cannot read the rail row (here another session holds the row's
+/// table locked) does not know the cap yet, and "no limit" is not what it may assume: it builds
+/// nothing until it has read the limits, then never more than the cap. Before the fix, its
+/// first matters took the free slots at once without a permit, all of them.
+#[actix_rt::test]
+async fn a_node_builds_nothing_before_it_has_read_the_fleets_limits() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new(4).await.expect("test db");
+    set(&db, Some(1), None).await;
+    let mut holder = db.connection().await.expect("a connection of its own");
+    holder
+        .batch_execute("BEGIN; LOCK TABLE ops.rail IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("the rail row locked");
+    let record = Arc::new(Record::default());
+    let node = start(&db, "unread", &record, Duration::from_millis(100)).await;
+    let firm = Uuid::new_v4();
+    let mut matters = Vec::new();
+    for _ in 0..3 {
+        matters.push(upload(&db, firm).await);
+    }
+    // Three demands on the ledger, a node with four free slots: unless it waits for the
+    // limits, its builds start within milliseconds. It is watched for longer than the time
+    // the node gives one read of the rail row (2 s), so a read that times out counts too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = record.starts.lock().unwrap().len();
+    assert_eq!(
+        started, 0,
+        "{started} builds started before the node could read the cap"
+    );
+    holder
+        .batch_execute("COMMIT")
+        .await
+        .expect("the rail row unlocked");
+    for m in &matters {
+        landed(&db, firm, *m, Duration::from_secs(30)).await;
+    }
+    let most = record.most.load(Ordering::SeqCst);
+    assert_eq!(most, 1, "{most} builds ran at once under a cap of 1");
+    node.shutdown().await;
+}
+
 /// The builder says it is overloaded (what a 429 with `Retry-After: 3` becomes): the claim is
 /// handed back without spending a retry, no build of any matter starts on any node before the
 /// time it gave (once the hold has reached it: at once on the node that heard it, within

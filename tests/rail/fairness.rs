@@ -259,6 +259,15 @@ fn node_settings(db: &TestDb) -> Settings {
     s
 }
 
+/// A node on `db`'s pool whose builds take `took`.
+async fn start_node(db: &TestDb, took: Duration) -> Node {
+    Node::builder(Arc::new(node_settings(db)), Arc::new(Slow { took }))
+        .pool(db.pool.clone())
+        .start()
+        .await
+        .expect("node starts")
+}
+
 async fn upload(db: &TestDb, firm: Uuid, class: DemandClass) -> Uuid {
     let mut c = db.pool.get().await.expect("connection");
     let matter = Uuid::new_v4();
@@ -361,16 +370,7 @@ async fn one_firms_backlog_never_makes_another_firms_upload_wait() {
     for _ in 0..32 {
         backlog.push(upload(&db, a, DemandClass::Interactive).await);
     }
-    let node = Node::builder(
-        Arc::new(node_settings(&db)),
-        Arc::new(Slow {
-            took: Duration::from_millis(600),
-        }),
-    )
-    .pool(db.pool.clone())
-    .start()
-    .await
-    .expect("node starts");
+    let node = start_node(&db, Duration::from_millis(600)).await;
     until_built(&db, backlog[0], Duration::from_secs(20)).await;
     let upload_b = upload(&db, b, DemandClass::Interactive).await;
     until_built(&db, upload_b, Duration::from_secs(20)).await;
@@ -431,16 +431,7 @@ async fn every_fairness_rule_has_a_test_that_catches_its_planted_bug() {
 async fn a_node_holds_a_paused_firms_uploads_until_it_is_resumed() {
     let db = TestDb::new(8).await.expect("test db");
     let (paused, other) = (Uuid::new_v4(), Uuid::new_v4());
-    let node = Node::builder(
-        Arc::new(node_settings(&db)),
-        Arc::new(Slow {
-            took: Duration::from_millis(10),
-        }),
-    )
-    .pool(db.pool.clone())
-    .start()
-    .await
-    .expect("node starts");
+    let node = start_node(&db, Duration::from_millis(10)).await;
     let first = upload(&db, paused, DemandClass::Interactive).await;
     until_built(&db, first, Duration::from_secs(20)).await;
     let mut c = db.pool.get().await.expect("connection");
@@ -469,6 +460,55 @@ async fn a_node_holds_a_paused_firms_uploads_until_it_is_resumed() {
     fairness::set_firm(&mut c, paused, &pause(false))
         .await
         .expect("resume");
+    drop(c);
+    until_built(&db, held, Duration::from_secs(20)).await;
+    node.shutdown().await;
+}
+
+/// A node that starts while the rail is paused, and cannot read the rail row yet (another
+/// session holds its table locked), does not take "no row read" for "running": it claims
+/// nothing until it has read the pause, nothing while the pause holds, and builds the upload
+/// once the rail is resumed. Before the fix, its first matters were claimed on the spot.
+#[actix_rt::test]
+async fn a_node_started_while_the_rail_is_paused_claims_nothing_until_it_is_resumed() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new(8).await.expect("test db");
+    let mut c = db.pool.get().await.expect("connection");
+    fairness::set_rail_paused(&mut c, true)
+        .await
+        .expect("pause rail");
+    drop(c);
+    let mut holder = db.connection().await.expect("a connection of its own");
+    holder
+        .batch_execute("BEGIN; LOCK TABLE ops.rail IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("the rail row locked");
+    let node = start_node(&db, Duration::from_millis(10)).await;
+    let firm = Uuid::new_v4();
+    let held = upload(&db, firm, DemandClass::Interactive).await;
+    let runs = || async {
+        count_for(
+            &db,
+            "SELECT count(*) AS n FROM ops.matter_frame_runs WHERE firm_id = $1 AND matter_id = $2",
+            firm,
+            held,
+        )
+        .await
+    };
+    // Longer than one read of the rail row may take (2 s), so a read that timed out counts.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(runs().await, 0, "claimed before the node read the pause");
+    holder
+        .batch_execute("COMMIT")
+        .await
+        .expect("the rail row unlocked");
+    tokio::time::sleep(briefrail::actors::admission::PAUSE_REFRESH + Duration::from_millis(500))
+        .await;
+    assert_eq!(runs().await, 0, "claimed while the rail was paused");
+    let mut c = db.pool.get().await.expect("connection");
+    fairness::set_rail_paused(&mut c, false)
+        .await
+        .expect("resume rail");
     drop(c);
     until_built(&db, held, Duration::from_secs(20)).await;
     node.shutdown().await;
