@@ -4,7 +4,7 @@
 //! slow (one per slot). Who gets a hold that comes free is who is built next, so that choice is
 //! where fairness lives: a first-come queue there served one firm's bulk import ahead of every
 //! other firm's uploads. Matters now wait here grouped by firm and class, and a hold goes to
-//! the group `ops.fair_pick` names (interactive first, then the firm with the fewest builds
+//! the group `ops.fair_order` names (interactive first, then the firm with the fewest builds
 //! running on every node per unit of weight, then the oldest: `crate::ledger::fairness`).
 //!
 //! The ledger is asked only when the choice is real: with one group waiting, and that firm not
@@ -121,6 +121,49 @@ impl Queue {
         out
     }
 
+    /// Up to `k` live waiters of each group, each group's in its order, taken out of the queue
+    /// (what is not granted goes back with [`Queue::put_back`]): the demands a burst of `k`
+    /// holds could go to, whichever firms the order favours.
+    fn offer(&mut self, k: usize) -> Vec<Offer> {
+        let mut keys: Vec<(Uuid, DemandClass)> = self.groups.keys().copied().collect();
+        // A stable order, so that equal candidates are decided the same way every time.
+        keys.sort();
+        let mut out = Vec::new();
+        for group in keys {
+            let pending = self.pending.get(&group.0).copied().unwrap_or(0);
+            let Some(heap) = self.groups.get_mut(&group) else {
+                continue;
+            };
+            let mut taken = 0;
+            while taken < k {
+                let Some(waiter) = heap.pop() else { break };
+                if waiter.reply.is_closed() {
+                    continue;
+                }
+                taken += 1;
+                out.push(Offer {
+                    group,
+                    candidate: Candidate {
+                        firm_id: group.0,
+                        class: group.1,
+                        waited: waiter.recorded_at.elapsed(),
+                        pending,
+                    },
+                    waiter,
+                });
+            }
+        }
+        self.groups.retain(|_, h| !h.is_empty());
+        out
+    }
+
+    /// Returns offered waiters that were not granted to their places.
+    fn put_back(&mut self, offers: impl IntoIterator<Item = Offer>) {
+        for o in offers {
+            self.groups.entry(o.group).or_default().push(o.waiter);
+        }
+    }
+
     fn add_pending(&mut self, firm: Uuid) {
         *self.pending.entry(firm).or_default() += 1;
     }
@@ -133,6 +176,13 @@ impl Queue {
             }
         }
     }
+}
+
+/// A waiter taken out of its group while a burst of holds is ordered.
+struct Offer {
+    group: (Uuid, DemandClass),
+    candidate: Candidate,
+    waiter: Waiter,
 }
 
 /// A matter waiting for a hold.
@@ -345,6 +395,24 @@ impl Admission {
                 _ = draining.changed() => continue,
             };
             let Some(mut hold) = hold else { break };
+            if !self.limits().active() {
+                // Every hold free now goes out on one order of the ledger (see `hand_out_many`).
+                let mut holds = vec![hold];
+                while holds.len() < waiting {
+                    match self.capacity.try_hold() {
+                        Some(h) => holds.push(h),
+                        None => break,
+                    }
+                }
+                if let HandOut::Paused = self.hand_out_many(holds).await {
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = refresh.tick() => self.refresh_paused().await,
+                        _ = draining.changed() => {}
+                    }
+                }
+                continue;
+            }
             loop {
                 match self.hand_out(hold).await {
                     HandOut::Done => break,
@@ -374,6 +442,77 @@ impl Admission {
         if let Ok(mut q) = self.queue.lock() {
             q.closed = true;
             q.groups.clear();
+        }
+    }
+
+    /// Gives each of `holds` to a waiter, in the fair order, with no limit set. One order for
+    /// the whole burst: holds come free several at once as builds end, and asking the ledger
+    /// once per hold made each wait for the answer before it, so claims went out a few at a
+    /// time. Returns `Paused` when holds are left that no waiter may have (their firms paused).
+    async fn hand_out_many(self: &Arc<Self>, mut holds: Vec<Hold>) -> HandOut {
+        while !holds.is_empty() {
+            let (offers, paused) = {
+                let Ok(mut q) = self.queue.lock() else {
+                    return HandOut::Paused;
+                };
+                (q.offer(holds.len()), q.paused.clone())
+            };
+            if offers.is_empty() {
+                return HandOut::Done;
+            }
+            let one_group = offers.iter().all(|o| o.group == offers[0].group);
+            let order = if one_group && !paused.holds(offers[0].group.0) {
+                (0..offers.len().min(holds.len())).collect()
+            } else {
+                let cands: Vec<Candidate> = offers.iter().map(|o| o.candidate).collect();
+                self.order(&cands, &paused, holds.len()).await
+            };
+            let nobody = order.is_empty();
+            let mut offers: Vec<Option<Offer>> = offers.into_iter().map(Some).collect();
+            for i in order {
+                let Some(hold) = holds.pop() else { break };
+                let Some(offer) = offers.get_mut(i).and_then(Option::take) else {
+                    holds.push(hold);
+                    continue;
+                };
+                let firm = offer.group.0;
+                if let Ok(mut q) = self.queue.lock() {
+                    q.add_pending(firm);
+                }
+                // One that stopped waiting meanwhile gives the hold back, for the next round.
+                if let Err(mut grant) = offer.waiter.reply.send(self.grant(hold, firm, None)) {
+                    holds.extend(grant.hold.take());
+                }
+            }
+            if let Ok(mut q) = self.queue.lock() {
+                q.put_back(offers.into_iter().flatten());
+            }
+            if nobody {
+                // Every waiter's firm is paused (or the rail): the holds go back.
+                return HandOut::Paused;
+            }
+        }
+        HandOut::Done
+    }
+
+    /// The ledger's order of up to `count` of `cands`; the same rules on this node's knowledge
+    /// when the ledger cannot answer in time.
+    async fn order(&self, cands: &[Candidate], paused: &Paused, count: usize) -> Vec<usize> {
+        let asked = tokio::time::timeout(PICK_TIMEOUT, async {
+            let mut conn = self.pool.get().await?;
+            fairness::order(&mut conn, cands, self.promote_after, count).await
+        })
+        .await;
+        match asked {
+            Ok(Ok(order)) => order,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the fair order failed; ordering this node's waiters itself");
+                local_order(cands, paused, self.promote_after, count)
+            }
+            Err(_) => {
+                tracing::warn!("the fair order timed out; ordering this node's waiters itself");
+                local_order(cands, paused, self.promote_after, count)
+            }
         }
     }
 
@@ -440,30 +579,14 @@ impl Admission {
         }
     }
 
-    /// The ledger's pick among `candidates`; the same rules on this node's knowledge when the
-    /// ledger cannot answer in time.
+    /// The ledger's pick among `candidates` (see [`Self::order`]).
     async fn pick(
         &self,
         candidates: &[((Uuid, DemandClass), Candidate)],
         paused: &Paused,
     ) -> Option<usize> {
         let cands: Vec<Candidate> = candidates.iter().map(|(_, c)| *c).collect();
-        let asked = tokio::time::timeout(PICK_TIMEOUT, async {
-            let mut conn = self.pool.get().await?;
-            fairness::pick(&mut conn, &cands, self.promote_after).await
-        })
-        .await;
-        match asked {
-            Ok(Ok(pick)) => pick,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the fair pick failed; ordering this node's waiters itself");
-                local_pick(&cands, paused, self.promote_after)
-            }
-            Err(_) => {
-                tracing::warn!("the fair pick timed out; ordering this node's waiters itself");
-                local_pick(&cands, paused, self.promote_after)
-            }
-        }
+        self.order(&cands, paused, 1).await.first().copied()
     }
 
     /// The ledger's permit for `key` (`None`: granted), or how long to wait. A ledger that
@@ -527,22 +650,50 @@ impl Admission {
     }
 }
 
-/// The fair order of `ops.fair_pick` on what a node knows alone: its own grants instead of
-/// the fleet's running builds, the pauses it read last.
-fn local_pick(cands: &[Candidate], paused: &Paused, promote_after: Duration) -> Option<usize> {
-    cands
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| !paused.holds(c.firm_id))
-        .min_by(|(_, a), (_, b)| {
-            let tier =
-                |c: &Candidate| !(c.class == DemandClass::Interactive || c.waited >= promote_after);
-            tier(a)
-                .cmp(&tier(b))
-                .then(a.pending.cmp(&b.pending))
-                .then(b.waited.cmp(&a.waited))
+/// The fair order of `ops.fair_order` on what a node knows alone: its own grants instead of
+/// the fleet's running builds, no weights, the pauses it read last. Up to `count` indexes.
+fn local_order(
+    cands: &[Candidate],
+    paused: &Paused,
+    promote_after: Duration,
+    count: usize,
+) -> Vec<usize> {
+    let later = |c: &Candidate| !(c.class == DemandClass::Interactive || c.waited >= promote_after);
+    let mut live: Vec<usize> = (0..cands.len())
+        .filter(|&i| !paused.holds(cands[i].firm_id))
+        .collect();
+    // Each demand's turn among its firm's: its firm's demands before it in this burst.
+    live.sort_by(|&a, &b| {
+        let (x, y) = (&cands[a], &cands[b]);
+        later(x)
+            .cmp(&later(y))
+            .then(y.waited.cmp(&x.waited))
+            .then(a.cmp(&b))
+    });
+    let mut turns: HashMap<Uuid, u32> = HashMap::new();
+    let mut placed: Vec<(bool, u32, Duration, usize)> = live
+        .into_iter()
+        .map(|i| {
+            let c = &cands[i];
+            let turn = turns.entry(c.firm_id).or_default();
+            let share = c.pending.saturating_add(*turn);
+            *turn += 1;
+            (later(c), share, c.waited, i)
         })
-        .map(|(i, _)| i)
+        .collect();
+    placed.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(a.1.cmp(&b.1))
+            .then(b.2.cmp(&a.2))
+            .then(a.3.cmp(&b.3))
+    });
+    placed.into_iter().take(count).map(|p| p.3).collect()
+}
+
+/// The first of [`local_order`].
+#[cfg(test)]
+fn local_pick(cands: &[Candidate], paused: &Paused, promote_after: Duration) -> Option<usize> {
+    local_order(cands, paused, promote_after, 1).first().copied()
 }
 
 #[cfg(test)]
@@ -588,6 +739,58 @@ mod tests {
             local_pick(&[inter_busy, inter_idle], &paused, promote),
             None
         );
+    }
+
+    #[test]
+    fn the_local_order_shares_a_burst_between_firms_by_turns() {
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let promote = Duration::from_secs(60);
+        let i = DemandClass::Interactive;
+        // A's import is older than B's uploads; B has one grant pending already.
+        let cands = [
+            cand(a, i, 400, 0),
+            cand(a, i, 300, 0),
+            cand(a, i, 200, 0),
+            cand(b, i, 100, 1),
+            cand(b, i, 50, 1),
+            cand(c, DemandClass::Background, 900, 0),
+        ];
+        let p = Paused::default();
+        assert_eq!(local_order(&cands, &p, promote, 3), vec![0, 1, 3]);
+        assert_eq!(
+            local_order(&cands, &p, promote, 9),
+            vec![0, 1, 3, 2, 4, 5],
+            "background last, however old"
+        );
+        let mut paused = Paused::default();
+        paused.firms.insert(a);
+        assert_eq!(local_order(&cands, &paused, promote, 9), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn an_offer_takes_each_groups_oldest_and_put_back_restores_them() {
+        let mut q = Queue::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let _rx: Vec<_> = [(a, 3000), (a, 2000), (a, 1000), (b, 500)]
+            .into_iter()
+            .map(|(firm, ago)| wait(&mut q, firm, ago, false))
+            .collect();
+        wait(&mut q, a, 4000, true);
+        let offers = q.offer(2);
+        let taken: Vec<(Uuid, u128)> = offers
+            .iter()
+            .map(|o| (o.group.0, o.candidate.waited.as_millis() / 500))
+            .collect();
+        let mut expected = vec![(a, 6), (a, 4), (b, 1)];
+        if b < a {
+            expected.rotate_left(2);
+        }
+        assert_eq!(taken, expected, "the two oldest live ones of a, and b's");
+        assert_eq!(q.waiting(), 1, "a's youngest stays");
+        q.put_back(offers);
+        assert_eq!(q.waiting(), 4, "the one that gave up is gone");
+        let head = q.groups[&(a, DemandClass::Interactive)].peek().unwrap();
+        assert_eq!(head.recorded_at.elapsed().as_millis() / 500, 6);
     }
 
     /// A waiter of `firm` recorded `ago_ms` ago; its receiver, or none when it gave up.

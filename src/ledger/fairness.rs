@@ -1,5 +1,5 @@
 //! Who is served next when build slots are scarce: a demand's class, the firms, the rail's
-//! pause, and the pick (`ops.fair_pick`, `src/ledger/live/fair_pick.sql`).
+//! pause, and the order (`ops.fair_order`, `src/ledger/live/fair_order.sql`).
 //!
 //! The rail promises that counsel's upload is reflected in minutes whatever else the rail is
 //! doing. Serving demands in arrival order breaks that promise as soon as one firm imports in
@@ -180,7 +180,7 @@ pub async fn paused(conn: &mut AsyncPgConnection) -> Result<Paused> {
     })
 }
 
-/// One demand waiting on a node for a hold: the oldest of its firm and class there.
+/// One demand waiting on a node for a hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     pub firm_id: Uuid,
@@ -191,15 +191,20 @@ pub struct Candidate {
     pub pending: u32,
 }
 
-/// Which candidate is claimed next (its index), by the ledger's order (`ops.fair_pick`; see
-/// the module); `None` when none may be (the rail or each candidate's firm is paused).
-pub async fn pick(
+/// The next `count` claims among `candidates` (their indexes, in the order they take holds),
+/// by the ledger's order (`ops.fair_order`; see the module): the first is the demand the rules
+/// put first, and each pick counts as one more build of its firm for the picks after it.
+/// Fewer when fewer may go (the rail or a candidate's firm paused).
+/// Why one call: a node's holds come free several at once as builds end, and asking once per
+/// hold made each wait for the answer before it, so claims reached the ledger a few at a time.
+pub async fn order(
     conn: &mut AsyncPgConnection,
     candidates: &[Candidate],
     promote_after: std::time::Duration,
-) -> Result<Option<usize>> {
-    if candidates.is_empty() {
-        return Ok(None);
+    count: usize,
+) -> Result<Vec<usize>> {
+    if candidates.is_empty() || count == 0 {
+        return Ok(Vec::new());
     }
     let firms: Vec<Uuid> = candidates.iter().map(|c| c.firm_id).collect();
     let classes: Vec<&str> = candidates.iter().map(|c| c.class.as_str()).collect();
@@ -208,14 +213,24 @@ pub async fn pick(
         .iter()
         .map(|c| i32::try_from(c.pending).unwrap_or(i32::MAX))
         .collect();
-    let row = super::sql::fair_pick(firms, classes, waited, pending, promote_after.as_secs_f64())
-        .get_result::<super::sql::Number>(conn)
-        .await?;
+    let row = super::sql::fair_order(
+        firms,
+        classes,
+        waited,
+        pending,
+        promote_after.as_secs_f64(),
+        i32::try_from(count).unwrap_or(i32::MAX),
+    )
+    .get_result::<super::sql::Numbers>(conn)
+    .await?;
+    let mut seen = vec![false; candidates.len()];
     Ok(row
-        .number
-        .and_then(|i| usize::try_from(i).ok())
-        .and_then(|i| i.checked_sub(1))
-        .filter(|i| *i < candidates.len()))
+        .numbers
+        .into_iter()
+        .filter_map(|i| usize::try_from(i?).ok()?.checked_sub(1))
+        .filter(|&i| i < candidates.len() && !std::mem::replace(&mut seen[i], true))
+        .take(count)
+        .collect())
 }
 
 /// The firms and their load, as rows `v` to order or filter. Unserved counts live, unarchived

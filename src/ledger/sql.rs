@@ -362,20 +362,23 @@ pub(super) fn events_aged<'a>(event_ids: &'a [Uuid]) -> Prepared<'a> {
 
 // ---- the fair order and the limits ------------------------------------------------------
 
-/// Which candidate is claimed next: `ops.fair_pick(..) → index` (1-based, `AS number`).
-pub(super) fn fair_pick<'a>(
+/// Which candidates are claimed next, in order: `ops.fair_order(..) → indexes` (1-based,
+/// `AS numbers`, at most `count`).
+pub(super) fn fair_order<'a>(
     firms: Vec<Uuid>,
     classes: Vec<&'a str>,
     waited_secs: Vec<f64>,
     pending: Vec<i32>,
     promote_secs: f64,
+    count: i32,
 ) -> Prepared<'a> {
-    prepared("SELECT ops.fair_pick($1, $2, $3, $4, $5)::int8 AS number")
+    prepared("SELECT ops.fair_order($1, $2, $3, $4, $5, $6)::int8[] AS numbers")
         .bind::<Array<SqlUuid>, _>(firms)
         .bind::<Array<Text>, _>(classes)
         .bind::<Array<Double>, _>(waited_secs)
         .bind::<Array<Integer>, _>(pending)
         .bind::<Double, _>(promote_secs)
+        .bind::<Integer, _>(count)
 }
 
 /// A start under the fleet's rate: `ops.take_permit(..) → wait` (`AS wait_s`, 0 when granted).
@@ -471,6 +474,10 @@ const INTERNAL: &[(&str, &str)] = &[
     (
         "snapshot_covers",
         "whether a claim's snapshot saw an event's transaction, asked by demand",
+    ),
+    (
+        "fair_pick",
+        "fair_order's first pick, kept for nodes of the release before, which call it",
     ),
 ];
 

@@ -276,15 +276,12 @@ pub fn assert_every_plant_survives_reformatting() {
 pub fn all() -> Vec<Mutation> {
     vec![
         Mutation {
-            name: "fair_pick_ignores_the_firms_load",
+            name: "fair_order_ignores_the_firms_load",
             breaks: "fairness: the next claim goes to the firm with the fewest builds running",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "fair share",
-                edits: &[(
-                    "(coalesce(r.n, 0) + c.pending)::float8 / coalesce(f.weight, 1),",
-                    "",
-                )],
+                edits: &[("coalesce(r.n, 0) + t.pending + ", "")],
             }],
             killers: &[
                 "rail::fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
@@ -292,10 +289,22 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
-            name: "fair_pick_ignores_the_weights",
+            name: "fair_order_counts_no_pick_of_the_burst",
+            breaks: "fairness: a burst of holds is shared between firms, not all to the first",
+            plants: &[Plant::Rule {
+                function: "fair_order",
+                rule: "fair share",
+                edits: &[(" + t.ahead", "")],
+            }],
+            killers: &[
+                "rail::fairness::a_burst_of_holds_is_shared_as_picks_one_at_a_time_would_share_it",
+            ],
+        },
+        Mutation {
+            name: "fair_order_ignores_the_weights",
             breaks: "fairness: a firm's share of scarce slots follows its weight",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "fair share",
                 edits: &[(" / coalesce(f.weight, 1)", "")],
             }],
@@ -304,12 +313,12 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
-            name: "fair_pick_background_before_interactive",
+            name: "fair_order_background_before_interactive",
             breaks: "fairness: interactive demands are claimed before background ones",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "interactive first",
-                edits: &[("DESC", "ASC")],
+                edits: &[("NOT (c.class", "(c.class")],
             }],
             killers: &[
                 "rail::fairness::interactive_demands_are_picked_before_background_ones",
@@ -317,10 +326,10 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
-            name: "fair_pick_never_promotes_background",
+            name: "fair_order_never_promotes_background",
             breaks: "fairness: background work is never starved (promoted after the bound)",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "interactive first",
                 edits: &[(" OR c.waited >= p_promote_secs", "")],
             }],
@@ -329,20 +338,20 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
-            name: "fair_pick_serves_paused_firms",
+            name: "fair_order_serves_paused_firms",
             breaks: "pause: a paused firm's demands wait until it is resumed",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "paused firms wait",
                 edits: &[("NOT coalesce(f.paused, false)", "true")],
             }],
             killers: &["rail::fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
         },
         Mutation {
-            name: "fair_pick_ignores_the_paused_rail",
+            name: "fair_order_ignores_the_paused_rail",
             breaks: "pause: nothing is claimed while the rail is paused",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "rail paused",
                 edits: &[(
                     "coalesce((SELECT r.paused FROM ops.rail r), false)",
@@ -352,12 +361,12 @@ pub fn all() -> Vec<Mutation> {
             killers: &["rail::fairness::a_paused_firm_waits_and_a_paused_rail_holds_every_firm"],
         },
         Mutation {
-            name: "fair_pick_youngest_first",
+            name: "fair_order_youngest_first",
             breaks: "fairness: within a firm's share, the oldest demand is claimed first",
             plants: &[Plant::Rule {
-                function: "fair_pick",
+                function: "fair_order",
                 rule: "oldest first",
-                edits: &[("DESC", "ASC")],
+                edits: &[("-c.waited", "c.waited")],
             }],
             killers: &["rail::fairness::within_a_firms_share_the_oldest_demand_is_picked_first"],
         },

@@ -11,7 +11,7 @@
 //! | model action | what runs | SQL | Rust |
 //! |---|---|---|---|
 //! | `Arrive(firm, class)` | a fact records its demand with its class; the demand waits on the ledger | `INSERT ops.domain_event_outbox (… demand_class)`; `ops.demand` | `ledger::outbox`, `ledger::fairness::DemandClass` |
-//! | `Grant(n)` | a free slot of node `n` goes to the demand the fair order names, if the cap lets a build start: pick, permit and claim in one step | `ops.fair_pick`; `ops.take_permit` (rail row locked: one grant at a time); `ops.claim_batch` | `actors::admission::Admission::hand_out` |
+//! | `Grant(n)` | a free slot of node `n` goes to the demand the fair order names, if the cap lets a build start: pick, permit and claim in one step | `ops.fair_order`; `ops.take_permit` (rail row locked: one grant at a time); `ops.claim_batch` | `actors::admission::Admission::hand_out` |
 //! | `Ask(n)` | only in the flaw `PermitNotAtomic`: the permit's count, read apart from its grant | `ops.take_permit` without `FOR UPDATE` | — |
 //! | `Finish(n, d)` | the build of demand `d` lands; its slot frees | `ops.commit_claim` | `transitions::commit` |
 //! | `Tick` | time passes: every unserved background demand ages toward promotion | `ops.now()` less the fact's `created_at` | `Candidate::waited` |
@@ -223,7 +223,7 @@ impl Admission {
         s.rail_paused || s.firm_paused[d.firm as usize]
     }
 
-    /// `ops.fair_pick`: the index in `s.waiting` of the demand served next, or `None`.
+    /// `ops.fair_order`: the index in `s.waiting` of the demand served next, or `None`.
     fn pick(&self, s: &State) -> Option<usize> {
         let ignore_pause = self.flaw == Flaw::PauseIgnored;
         if s.rail_paused && !ignore_pause {

@@ -1,5 +1,5 @@
 //! Who is served next when build slots are scarce (docs/protocol.md, "Who is served next"):
-//! the ledger's pick (`ops.fair_pick`) rule by rule, then a real node serving one firm's
+//! the ledger's order (`ops.fair_order`) rule by rule, then a real node serving one firm's
 //! backlog while another firm's counsel uploads, through the real transport.
 //!
 //! Each rule has a planted bug in `common::mutations` that a test here must catch.
@@ -53,7 +53,10 @@ async fn running(db: &TestDb, firm: Uuid, n: usize) {
 
 async fn pick(db: &TestDb, cands: &[Candidate]) -> Option<usize> {
     let mut c = db.pool.get().await.expect("connection");
-    fairness::pick(&mut c, cands, PROMOTE).await.expect("pick")
+    let order = fairness::order(&mut c, cands, PROMOTE, 1)
+        .await
+        .expect("order");
+    order.into_iter().next()
 }
 
 #[tokio::test]
@@ -86,19 +89,60 @@ async fn the_firm_with_the_fewest_builds_running_per_weight_is_picked_first() {
     };
     assert_eq!(pick(&db, &[a_old, b_granted]).await, Some(0));
     // Weight 4 for A: 3/4 < 1/1.
-    let mut c = db.pool.get().await.expect("connection");
-    fairness::set_firm(
-        &mut c,
-        a,
-        &FirmSettings {
-            weight: Some(4),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("weight");
-    drop(c);
+    weigh(&db, a, 4).await;
     assert_eq!(pick(&db, &[a_old, b_new]).await, Some(0));
+}
+
+/// Sets `firm`'s weight.
+async fn weigh(db: &TestDb, firm: Uuid, weight: i32) {
+    let mut c = db.pool.get().await.expect("connection");
+    let w = FirmSettings {
+        weight: Some(weight),
+        ..Default::default()
+    };
+    fairness::set_firm(&mut c, firm, &w).await.expect("weight");
+}
+
+/// The ledger's order of up to `count` of `cands`.
+async fn order(db: &TestDb, cands: &[Candidate], count: usize) -> Vec<usize> {
+    let mut c = db.pool.get().await.expect("connection");
+    fairness::order(&mut c, cands, PROMOTE, count)
+        .await
+        .expect("order")
+}
+
+/// Holds that come free together are ordered in one call, as if picked one at a time with
+/// each pick counted as one more build of its firm for the picks after it: at equal load the
+/// firms take turns (a bulk import does not take the whole burst), running builds and weights
+/// shift the turns, and interactive demands still all go first.
+#[tokio::test]
+async fn a_burst_of_holds_is_shared_as_picks_one_at_a_time_would_share_it() {
+    let db = TestDb::new(2).await.expect("test db");
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let i = DemandClass::Interactive;
+    // Firm A's import is older than each of firm B's uploads.
+    let cands = [
+        cand(a, i, 40),
+        cand(a, i, 30),
+        cand(a, i, 20),
+        cand(b, i, 10),
+        cand(b, i, 5),
+    ];
+    assert_eq!(order(&db, &cands, 4).await, vec![0, 3, 1, 4]);
+    assert_eq!(order(&db, &cands, 9).await, vec![0, 3, 1, 4, 2]);
+    // B has a build running elsewhere: A's second goes before B's first.
+    running(&db, b, 1).await;
+    assert_eq!(order(&db, &cands, 4).await, vec![0, 1, 3, 2]);
+    // Weight 2 for A: its third counts as one build of B.
+    weigh(&db, a, 2).await;
+    assert_eq!(order(&db, &cands, 4).await, vec![0, 1, 2, 3]);
+    // A background demand of B, however old, goes after every interactive one.
+    let mut with_background = cands.to_vec();
+    with_background.insert(0, cand(b, DemandClass::Background, 100));
+    assert_eq!(
+        order(&db, &with_background, 6).await,
+        vec![1, 2, 3, 4, 5, 0]
+    );
 }
 
 #[tokio::test]

@@ -73,7 +73,7 @@ pub const POOL: usize = 16;
 
 /// How many firms the load's matters belong to: `BRIEFRAIL_BENCH_FIRMS`, 8 by default. With
 /// more than one, matters of several firms wait for the node's holds at once, so every hold
-/// goes to the firm the ledger's fair order names (`ops.fair_pick`), as in an installation
+/// goes to the firm the ledger's fair order names (`ops.fair_order`), as in an installation
 /// that serves several firms; 1 measures without that choice.
 pub fn firms() -> R<usize> {
     match std::env::var("BRIEFRAIL_BENCH_FIRMS") {

@@ -1,6 +1,6 @@
 //! `briefrail-bench fair`: one firm's backlog and many firms' trickle of uploads, served by real
 //! nodes through the postgres transport with builds that take time, in the ledger's fair order
-//! and, as the baseline in the same run, in arrival order (`ops.fair_pick` replaced by "oldest
+//! and, as the baseline in the same run, in arrival order (`ops.fair_order` replaced by "oldest
 //! first", which is what the hold queue did before fairness).
 //!
 //! Measured from where counsel starts waiting: a trickle upload's outbox row `created_at` to its
@@ -34,12 +34,14 @@ const SLOTS: usize = 4;
 
 /// Oldest first, whatever the firm or class: the order of the hold queue before fairness.
 const ARRIVAL_ORDER: &str = "
-CREATE OR REPLACE FUNCTION ops.fair_pick(p_firms uuid[], p_classes text[],
-                                         p_waited_secs double precision[], p_pending integer[],
-                                         p_promote_secs double precision)
-RETURNS integer LANGUAGE sql STABLE AS $$
-    SELECT c.n::integer FROM unnest(p_waited_secs) WITH ORDINALITY AS c(waited, n)
-     ORDER BY c.waited DESC, c.n LIMIT 1
+CREATE OR REPLACE FUNCTION ops.fair_order(p_firms uuid[], p_classes text[],
+                                          p_waited_secs double precision[], p_pending integer[],
+                                          p_promote_secs double precision, p_count integer)
+RETURNS integer[] LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(o.n ORDER BY o.waited DESC, o.n), '{}')
+      FROM (SELECT c.n::integer AS n, c.waited
+              FROM unnest(p_waited_secs) WITH ORDINALITY AS c(waited, n)
+             ORDER BY c.waited DESC, c.n LIMIT greatest(p_count, 0)) o
 $$;";
 
 /// One run's figures.
