@@ -281,7 +281,14 @@ pub fn all() -> Vec<Mutation> {
             plants: &[Plant::Rule {
                 function: "fair_order",
                 rule: "fair share",
-                edits: &[("coalesce(r.n, 0) + t.pending + ", "")],
+                // The whole share, the burst's own turns with it: with those kept, a burst of
+                // two free holds still goes one to each firm, and a real node's order then
+                // hides the bug whenever builds end together (`counts_no_pick_of_the_burst`
+                // plants that half alone).
+                edits: &[(
+                    "(coalesce(r.n, 0) + t.pending + t.ahead)::float8 / coalesce(f.weight, 1)",
+                    "0::float8",
+                )],
             }],
             killers: &[
                 "rail::fairness::the_firm_with_the_fewest_builds_running_per_weight_is_picked_first",
