@@ -72,6 +72,10 @@ struct Queue {
     /// started while the ledger was slow to answer would otherwise build past the fleet's cap
     /// and through a pause. Nothing is handed out before this is true.
     read: bool,
+    /// Waiters taken out of their groups while the dispatcher asks the ledger for their order.
+    /// While any are out, a new arrival waits in line too: the queue looking empty is not
+    /// nobody waiting, and a hold freed meanwhile belongs to the order being asked for.
+    offered: usize,
     seq: u64,
     /// The node is draining: nobody new waits, and waiters are let go.
     closed: bool,
@@ -82,48 +86,12 @@ impl Queue {
         self.groups.values().map(BinaryHeap::len).sum()
     }
 
-    /// Drops the waiters at the head of each group that stopped waiting (their matter actor
-    /// gave up), and the groups left empty, so every group's head is a live candidate. Only
-    /// heads are looked at: a waiter deeper in its heap is dropped when it reaches the head.
-    /// Why: this runs before every hold is handed out, and a bulk import puts thousands of
-    /// matters in one group; looking at each of them every time made handing out holds, and
-    /// so claiming, slower the longer the backlog. Each waiter is now dropped once, and a
-    /// hand-out costs the number of groups.
-    fn prune(&mut self) {
-        for heap in self.groups.values_mut() {
-            while heap.peek().is_some_and(|w| w.reply.is_closed()) {
-                heap.pop();
-            }
-        }
-        self.groups.retain(|_, h| !h.is_empty());
-    }
-
-    /// One candidate per group: its oldest waiter.
-    fn candidates(&self) -> Vec<((Uuid, DemandClass), Candidate)> {
-        let mut out: Vec<_> = self
-            .groups
-            .iter()
-            .filter_map(|(&(firm_id, class), heap)| {
-                let head = heap.peek()?;
-                Some((
-                    (firm_id, class),
-                    Candidate {
-                        firm_id,
-                        class,
-                        waited: head.recorded_at.elapsed(),
-                        pending: self.pending.get(&firm_id).copied().unwrap_or(0),
-                    },
-                ))
-            })
-            .collect();
-        // A stable order, so that equal candidates are decided the same way every time.
-        out.sort_by_key(|((firm, class), _)| (*firm, *class));
-        out
-    }
-
     /// Up to `k` live waiters of each group, each group's in its order, taken out of the queue
     /// (what is not granted goes back with [`Queue::put_back`]): the demands a burst of `k`
-    /// holds could go to, whichever firms the order favours.
+    /// holds could go to, whichever firms the order favours. Waiters that gave up (their
+    /// matter actor stopped waiting) are dropped as they are met: only the first `k` of a group
+    /// are looked at, since a bulk import puts thousands of matters in one group, and a
+    /// hand-out must cost the number of groups, not the length of the backlog.
     fn offer(&mut self, k: usize) -> Vec<Offer> {
         let mut keys: Vec<(Uuid, DemandClass)> = self.groups.keys().copied().collect();
         // A stable order, so that equal candidates are decided the same way every time.
@@ -142,7 +110,6 @@ impl Queue {
                 }
                 taken += 1;
                 out.push(Offer {
-                    group,
                     candidate: Candidate {
                         firm_id: group.0,
                         class: group.1,
@@ -154,14 +121,33 @@ impl Queue {
             }
         }
         self.groups.retain(|_, h| !h.is_empty());
+        self.offered += out.len();
         out
     }
 
     /// Returns offered waiters that were not granted to their places.
     fn put_back(&mut self, offers: impl IntoIterator<Item = Offer>) {
         for o in offers {
-            self.groups.entry(o.group).or_default().push(o.waiter);
+            self.offered = self.offered.saturating_sub(1);
+            self.groups.entry(o.group()).or_default().push(o.waiter);
         }
+    }
+
+    /// An offered waiter is being granted its hold: it is no longer out on offer.
+    fn granted(&mut self, offer: &Offer) {
+        self.offered = self.offered.saturating_sub(1);
+        self.add_pending(offer.candidate.firm_id);
+    }
+
+    /// Whether a new demand of `firm` may take a free hold at once, without waiting in line:
+    /// only when nobody waits (none in a group, none out on offer), the ledger has been read,
+    /// and neither a pause nor a limit asks for the dispatcher's judgement.
+    fn may_go_first(&self, firm: Uuid) -> bool {
+        self.groups.is_empty()
+            && self.offered == 0
+            && self.read
+            && !self.paused.holds(firm)
+            && !self.limits.active()
     }
 
     fn add_pending(&mut self, firm: Uuid) {
@@ -180,9 +166,14 @@ impl Queue {
 
 /// A waiter taken out of its group while a burst of holds is ordered.
 struct Offer {
-    group: (Uuid, DemandClass),
     candidate: Candidate,
     waiter: Waiter,
+}
+
+impl Offer {
+    fn group(&self) -> (Uuid, DemandClass) {
+        (self.candidate.firm_id, self.candidate.class)
+    }
 }
 
 /// A matter waiting for a hold.
@@ -324,10 +315,7 @@ impl Admission {
             if q.closed {
                 return None;
             }
-            if q.groups.is_empty()
-                && q.read
-                && !q.paused.holds(key.firm_id)
-                && !q.limits.active()
+            if q.may_go_first(key.firm_id)
                 && let Some(hold) = self.capacity.try_hold()
             {
                 q.add_pending(key.firm_id);
@@ -460,8 +448,8 @@ impl Admission {
             if offers.is_empty() {
                 return HandOut::Done;
             }
-            let one_group = offers.iter().all(|o| o.group == offers[0].group);
-            let order = if one_group && !paused.holds(offers[0].group.0) {
+            let one_group = offers.iter().all(|o| o.group() == offers[0].group());
+            let order = if one_group && !paused.holds(offers[0].candidate.firm_id) {
                 (0..offers.len().min(holds.len())).collect()
             } else {
                 let cands: Vec<Candidate> = offers.iter().map(|o| o.candidate).collect();
@@ -475,9 +463,9 @@ impl Admission {
                     holds.push(hold);
                     continue;
                 };
-                let firm = offer.group.0;
+                let firm = offer.candidate.firm_id;
                 if let Ok(mut q) = self.queue.lock() {
-                    q.add_pending(firm);
+                    q.granted(&offer);
                 }
                 // One that stopped waiting meanwhile gives the hold back, for the next round.
                 if let Err(mut grant) = offer.waiter.reply.send(self.grant(hold, firm, None)) {
@@ -517,50 +505,47 @@ impl Admission {
     }
 
     /// Gives `hold` to the waiter the fair order names, once the fleet's limits let its build
-    /// start.
+    /// start. The candidates are each group's oldest, offered as for a burst of one.
     async fn hand_out(self: &Arc<Self>, mut hold: Hold) -> HandOut {
         loop {
-            let (candidates, paused, limited) = {
+            let (offers, paused, limited) = {
                 let Ok(mut q) = self.queue.lock() else {
                     return HandOut::Paused;
                 };
-                q.prune();
-                (q.candidates(), q.paused.clone(), q.limits.active())
+                (q.offer(1), q.paused.clone(), q.limits.active())
             };
-            if candidates.is_empty() {
+            if offers.is_empty() {
                 return HandOut::Done;
             }
-            let pick = if candidates.len() == 1 && !paused.holds(candidates[0].1.firm_id) {
+            let pick = if offers.len() == 1 && !paused.holds(offers[0].candidate.firm_id) {
                 Some(0)
             } else {
-                self.pick(&candidates, &paused).await
+                let cands: Vec<Candidate> = offers.iter().map(|o| o.candidate).collect();
+                self.order(&cands, &paused, 1).await.first().copied()
             };
-            let Some(i) = pick else {
-                return HandOut::Paused;
-            };
-            let group = candidates[i].0;
-            let waiter = {
+            let mut offers: Vec<Option<Offer>> = offers.into_iter().map(Some).collect();
+            let chosen = pick.and_then(|i| offers.get_mut(i).and_then(Option::take));
+            {
                 let Ok(mut q) = self.queue.lock() else {
                     return HandOut::Paused;
                 };
-                let w = q.groups.get_mut(&group).and_then(BinaryHeap::pop);
-                if q.groups.get(&group).is_some_and(BinaryHeap::is_empty) {
-                    q.groups.remove(&group);
+                q.put_back(offers.into_iter().flatten());
+                if let Some(offer) = &chosen {
+                    q.granted(offer);
                 }
-                if w.is_some() {
-                    q.add_pending(group.0);
-                }
-                w
+            }
+            let Some(offer) = chosen else {
+                return HandOut::Paused;
             };
-            let Some(waiter) = waiter else { continue };
+            let firm = offer.candidate.firm_id;
             let permit = if limited {
-                match self.take_permit(waiter.key).await {
-                    None => Some(waiter.key),
+                match self.take_permit(offer.waiter.key).await {
+                    None => Some(offer.waiter.key),
                     Some(wait) => {
                         // First in line still: back to its place until the limits let it go.
                         if let Ok(mut q) = self.queue.lock() {
-                            q.settle_pending(group.0);
-                            q.groups.entry(group).or_default().push(waiter);
+                            q.settle_pending(firm);
+                            q.groups.entry(offer.group()).or_default().push(offer.waiter);
                         }
                         return HandOut::Wait(hold, wait);
                     }
@@ -568,7 +553,7 @@ impl Admission {
             } else {
                 None
             };
-            match waiter.reply.send(self.grant(hold, group.0, permit)) {
+            match offer.waiter.reply.send(self.grant(hold, firm, permit)) {
                 Ok(()) => return HandOut::Done,
                 // It stopped waiting meanwhile (its permit goes back with the grant): the next.
                 Err(mut grant) => match grant.hold.take() {
@@ -577,16 +562,6 @@ impl Admission {
                 },
             }
         }
-    }
-
-    /// The ledger's pick among `candidates` (see [`Self::order`]).
-    async fn pick(
-        &self,
-        candidates: &[((Uuid, DemandClass), Candidate)],
-        paused: &Paused,
-    ) -> Option<usize> {
-        let cands: Vec<Candidate> = candidates.iter().map(|(_, c)| *c).collect();
-        self.order(&cands, paused, 1).await.first().copied()
     }
 
     /// The ledger's permit for `key` (`None`: granted), or how long to wait. A ledger that
@@ -779,7 +754,7 @@ mod tests {
         let offers = q.offer(2);
         let taken: Vec<(Uuid, u128)> = offers
             .iter()
-            .map(|o| (o.group.0, o.candidate.waited.as_millis() / 500))
+            .map(|o| (o.candidate.firm_id, o.candidate.waited.as_millis() / 500))
             .collect();
         let mut expected = vec![(a, 6), (a, 4), (b, 1)];
         if b < a {
@@ -819,7 +794,7 @@ mod tests {
     }
 
     #[test]
-    fn waiters_that_gave_up_leave_as_they_reach_their_groups_head() {
+    fn waiters_that_gave_up_leave_as_they_are_offered() {
         let mut q = Queue::default();
         let (gone, busy) = (Uuid::new_v4(), Uuid::new_v4());
         // Every waiter of `gone` gave up: it is no candidate.
@@ -829,19 +804,42 @@ mod tests {
         wait(&mut q, busy, 50, true);
         let _live = wait(&mut q, busy, 20, false);
         wait(&mut q, busy, 10, true);
-        q.prune();
-        let firms: Vec<Uuid> = q.candidates().iter().map(|(_, c)| c.firm_id).collect();
-        assert_eq!(firms, vec![busy]);
-        let head = q.groups[&(busy, DemandClass::Interactive)].peek().unwrap();
-        assert!(!head.reply.is_closed(), "the head is the live waiter");
-        // The one behind it is dropped once it is at the head, and the group with it.
-        q.groups
-            .get_mut(&(busy, DemandClass::Interactive))
-            .unwrap()
-            .pop();
-        q.prune();
+        let offers = q.offer(1);
+        let firms: Vec<Uuid> = offers.iter().map(|o| o.candidate.firm_id).collect();
+        assert_eq!(firms, vec![busy], "the live waiter alone is offered");
+        assert!(!offers[0].waiter.reply.is_closed());
+        assert_eq!(q.offered, 1);
+        assert_eq!(q.waiting(), 1, "the one behind it is not looked at yet");
+        q.put_back(offers);
+        assert_eq!(q.offered, 0);
+        // The live one granted, the one behind it is dropped when it is offered.
+        let offers = q.offer(1);
+        q.granted(&offers[0]);
+        assert_eq!(q.offered, 0);
+        assert!(q.offer(1).is_empty());
+        assert!(q.groups.is_empty(), "the group that is left empty goes");
+    }
+
+    #[test]
+    fn a_new_demand_goes_first_only_when_nobody_waits_even_on_offer() {
+        let mut q = Queue::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        assert!(!q.may_go_first(b), "nothing is handed out before the first read");
+        q.read = true;
+        assert!(q.may_go_first(b));
+        let _rx = wait(&mut q, a, 100, false);
+        assert!(!q.may_go_first(b), "someone waits in a group");
+        // The dispatcher took a's demand out to ask for its order: the groups look empty,
+        // and a hold freed meanwhile is a's, not b's.
+        let offers = q.offer(4);
         assert!(q.groups.is_empty());
-        assert!(q.candidates().is_empty());
+        assert!(!q.may_go_first(b), "someone waits on offer");
+        q.put_back(offers);
+        let offers = q.offer(4);
+        q.granted(&offers[0]);
+        assert!(q.may_go_first(b), "the offer granted, nobody waits");
+        q.paused.firms.insert(b);
+        assert!(!q.may_go_first(b), "a paused firm waits");
     }
 
     #[test]
