@@ -583,6 +583,12 @@ pub fn all() -> Vec<Mutation> {
                 Plant::Sql(
                     "ALTER FUNCTION ops.commit_claims(uuid[], uuid[], bigint[], uuid[], uuid[], text[]) RESET enable_indexscan;",
                 ),
+                // The join a plan made on empty tables may prefer, every time: without nested
+                // loops (a probe by key per member), the members are hashed or merged against
+                // a whole scan of the job rows' key.
+                Plant::Sql(
+                    "ALTER FUNCTION ops.commit_claims(uuid[], uuid[], bigint[], uuid[], uuid[], text[]) SET enable_nestloop TO off;",
+                ),
             ],
             killers: &["ledger::plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
         },
