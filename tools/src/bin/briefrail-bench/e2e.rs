@@ -421,11 +421,13 @@ pub async fn serve(server: &str, run: &Run) -> R<Served> {
     let loaded_latency_ms = probe_latency(&pool, &probe_ids).await?;
     let phases = phases(&pool, t0, &firms, &probe_ids).await?;
     let batches = batches(&pool, t0, &firms).await?;
+    // Stopped before the profile is read: a session reports its function counters when it
+    // ends, or only ten seconds after it last did while it lives, which misses most of a run.
+    stop_nodes(&mut nodes);
     if profile {
         print_function_times(&pool, run.matters).await?;
         print_timeline(&pool, t0, &firms).await?;
     }
-    stop_nodes(&mut nodes);
     let mut bytes = 0u64;
     let mut longest = 0usize;
     for n in &nodes {
@@ -566,8 +568,7 @@ async fn print_function_times(pool: &Pool, matters: usize) -> R<()> {
         #[diesel(sql_type = diesel::sql_types::Double)]
         total_ms: f64,
     }
-    // The node's sessions report their counters when they go idle; give them a moment.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The node's sessions have ended (see the caller); the last report of each is in.
     let rows: Vec<F> = diesel::sql_query(
         "SELECT funcname::text AS name, calls, self_time AS self_ms, total_time AS total_ms
            FROM pg_stat_user_functions ORDER BY self_time DESC LIMIT 12",
