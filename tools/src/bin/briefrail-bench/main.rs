@@ -6,13 +6,15 @@
 //! `briefrail-bench e2e` only the end-to-end runs of the release binary ([`e2e`]; which runs:
 //! `BRIEFRAIL_BENCH_E2E`); `briefrail-bench fair` only the multi-firm fairness runs ([`fair`]);
 //! `briefrail-bench idle` only the idle latency on the user's path ([`idle`]); `briefrail-bench
-//! core` everything but retention.
+//! rebuilds` only the claim and commit loop over matters rebuilt often ([`rebuilds`]);
+//! `briefrail-bench core` everything but retention.
 
 mod batched;
 mod e2e;
 mod fair;
 mod idle;
 mod peer;
+mod rebuilds;
 mod retention;
 
 use std::sync::Arc;
@@ -823,6 +825,9 @@ async fn main() -> R<()> {
             results.insert("idle_measured_at".into(), json!(chrono::Utc::now()));
             return write_results(results);
         }
+        Some("rebuilds") => {
+            return rebuilds::rebuilds_section(&server).await;
+        }
         Some("e2e") => {
             let mut results = earlier_results();
             e2e_section(&server, &mut results).await?;
@@ -831,7 +836,7 @@ async fn main() -> R<()> {
         }
         Some(other) => {
             return Err(format!(
-                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e`, `fair`, `idle`, `latency`, `scale`, `relay` or `retention`"
+                "unknown section {other:?}: give none (everything), `core` (everything but retention), `e2e`, `fair`, `idle`, `latency`, `rebuilds`, `scale`, `relay` or `retention`"
             )
             .into());
         }
