@@ -472,6 +472,10 @@ const INTERNAL: &[(&str, &str)] = &[
         "the cluster's identity, which a claim stamps on its row",
     ),
     (
+        "open_runs",
+        "the claim batch's read of the runs its claims supersede, by index scan",
+    ),
+    (
         "snapshot_covers",
         "whether a claim's snapshot saw an event's transaction, asked by demand",
     ),

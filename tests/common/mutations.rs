@@ -599,11 +599,19 @@ pub fn all() -> Vec<Mutation> {
                 function: "claim_batch",
                 rule: "superseded runs by key",
                 edits: &[(
-                    "WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale)) AND r.outcome IS NOT DISTINCT FROM 'running'",
+                    "WHERE r.run_id = ANY (ops.open_runs(ARRAY(SELECT c.firm FROM claimed c), ARRAY(SELECT c.matter FROM claimed c))) AND r.outcome IS NOT DISTINCT FROM 'running'",
                     "FROM claimed c\n             WHERE r.firm_id = c.firm AND r.matter_id = c.matter AND r.outcome = 'running'",
                 )],
             }],
             killers: &["ledger::plans::a_ledger_analyzed_while_empty_still_reads_each_row_by_key"],
+        },
+        Mutation {
+            name: "open_runs_read_by_bitmap",
+            breaks: "speed: a claim visits each dead entry of the open runs' index once",
+            plants: &[Plant::Sql(
+                "ALTER FUNCTION ops.open_runs(uuid[], uuid[]) SET enable_indexscan TO off RESET enable_bitmapscan;",
+            )],
+            killers: &["rebuilt::a_claim_visits_each_dead_entry_of_the_open_runs_index_once"],
         },
         Mutation {
             name: "clock_offset_kept_for_the_session",
@@ -1097,6 +1105,7 @@ ALTER FUNCTION ops.apply_events(text, uuid[], text[]) RESET enable_seqscan;\n\
 ALTER FUNCTION ops.drain_outbox(text, integer, text[]) RESET enable_seqscan;\n\
 ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.claim_batch(uuid[], uuid[], double precision[], uuid[], text[], text[], text[], boolean[], integer[]) RESET enable_seqscan RESET jit;\n\
+ALTER FUNCTION ops.open_runs(uuid[], uuid[]) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.record_lost_claim(uuid, uuid) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.heartbeat(uuid, uuid, bigint, uuid) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.commit_claim(uuid, uuid, bigint, uuid, uuid, text) RESET enable_seqscan RESET jit;\n\

@@ -241,8 +241,8 @@ async fn a_transition_that_disables_scans_never_compiles_its_statements() {
     .await
     .expect("count the guarded functions");
     assert_eq!(
-        guarded.n, 21,
-        "every transition, the batch transitions ops.commit_claims and ops.demands, and the outbox statements disable sequential scans"
+        guarded.n, 22,
+        "every transition, the batch transitions ops.commit_claims and ops.demands, the outbox statements and the claim's read of open runs disable sequential scans"
     );
 }
 

@@ -125,9 +125,8 @@ BEGIN
           FROM claimed c;
     END IF;
     IF v_claimed IS NOT NULL THEN
-        -- The runs of the claims made: close the runs each supersedes (read by its matter's
-        -- key: OFFSET 0 keeps the subquery a probe per claimed row, whatever the statistics
-        -- make of a join), and open each claim's own.
+        -- The runs of the claims made: close the runs each supersedes (`ops.open_runs`: by
+        -- each matter's key, one index scan each), and open each claim's own.
         WITH member AS (
             SELECT x.*
               FROM unnest(p_firms, p_matters, p_run_ids, p_nodes, p_trace_ids, p_event_ids)
@@ -136,17 +135,12 @@ BEGIN
             SELECT a.*, c.token
               FROM unnest(v_claimed, v_gens) AS c(run_id, token)
                    JOIN member a ON a.run_id = c.run_id
-        ), stale AS (
-            SELECT s.run_id
-              FROM claimed c
-                   CROSS JOIN LATERAL (SELECT r.run_id FROM ops.matter_frame_runs r
-                                        WHERE r.firm_id = c.firm AND r.matter_id = c.matter
-                                          AND r.outcome = 'running' OFFSET 0) s
         ), superseded AS (
             UPDATE ops.matter_frame_runs r
                SET outcome = 'lease_expired', finished_at = ops.now()
              -- rule: superseded runs by key
-             WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM stale))
+             WHERE r.run_id = ANY (ops.open_runs(ARRAY(SELECT c.firm FROM claimed c),
+                                                 ARRAY(SELECT c.matter FROM claimed c)))
                AND r.outcome IS NOT DISTINCT FROM 'running'
         )
         INSERT INTO ops.matter_frame_runs

@@ -128,7 +128,7 @@ pub(super) async fn fresh(server: &str, name: &str) -> R<(String, Pool)> {
 /// A trial of a ledger change against the build before it, in one binary: SQL run on a run's
 /// fresh database after its migrations (e.g. a migration's down.sql), named in the output. The
 /// ceiling's databases are left as migrated: its raw SQL calls no ledger function.
-async fn trial_sql(pool: &Pool) -> R<()> {
+pub(super) async fn trial_sql(pool: &Pool) -> R<()> {
     if let Ok(path) = std::env::var("BRIEFRAIL_BENCH_SQL") {
         let sql = std::fs::read_to_string(&path)
             .map_err(|e| format!("BRIEFRAIL_BENCH_SQL {path}: {e}"))?;

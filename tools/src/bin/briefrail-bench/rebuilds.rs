@@ -12,7 +12,7 @@ use briefrail::db::admin;
 use uuid::Uuid;
 
 use super::R;
-use super::e2e::fresh;
+use super::e2e::{fresh, trial_sql};
 
 const MATTERS: usize = 2_000;
 const BATCH: usize = 20;
@@ -75,6 +75,7 @@ async fn build(
 pub(super) async fn rebuilds_section(server: &str) -> R<()> {
     let name = "briefrail_bench_rebuilds";
     let (url, pool) = fresh(server, name).await?;
+    trial_sql(&pool).await?;
     drop(pool);
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
     let conn = tokio::spawn(conn);
