@@ -448,13 +448,7 @@ impl Admission {
             if offers.is_empty() {
                 return HandOut::Done;
             }
-            let one_group = offers.iter().all(|o| o.group() == offers[0].group());
-            let order = if one_group && !paused.holds(offers[0].candidate.firm_id) {
-                (0..offers.len().min(holds.len())).collect()
-            } else {
-                let cands: Vec<Candidate> = offers.iter().map(|o| o.candidate).collect();
-                self.order(&cands, &paused, holds.len()).await
-            };
+            let order = self.order(&offers, &paused, holds.len()).await;
             let nobody = order.is_empty();
             let mut offers: Vec<Option<Offer>> = offers.into_iter().map(Some).collect();
             for i in order {
@@ -483,23 +477,34 @@ impl Admission {
         HandOut::Done
     }
 
-    /// The ledger's order of up to `count` of `cands`; the same rules on this node's knowledge
-    /// when the ledger cannot answer in time.
-    async fn order(&self, cands: &[Candidate], paused: &Paused, count: usize) -> Vec<usize> {
+    /// The order of up to `count` of `offers` (their indexes). With one group offered and its
+    /// firm not paused there is no choice to ask about: its waiters in their order. Otherwise
+    /// the ledger's order, or the same rules on this node's knowledge when the ledger cannot
+    /// answer in time.
+    async fn order(&self, offers: &[Offer], paused: &Paused, count: usize) -> Vec<usize> {
+        let Some(first) = offers.first() else {
+            return Vec::new();
+        };
+        if offers.iter().all(|o| o.group() == first.group())
+            && !paused.holds(first.candidate.firm_id)
+        {
+            return (0..offers.len().min(count)).collect();
+        }
+        let cands: Vec<Candidate> = offers.iter().map(|o| o.candidate).collect();
         let asked = tokio::time::timeout(PICK_TIMEOUT, async {
             let mut conn = self.pool.get().await?;
-            fairness::order(&mut conn, cands, self.promote_after, count).await
+            fairness::order(&mut conn, &cands, self.promote_after, count).await
         })
         .await;
         match asked {
             Ok(Ok(order)) => order,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "the fair order failed; ordering this node's waiters itself");
-                local_order(cands, paused, self.promote_after, count)
+                local_order(&cands, paused, self.promote_after, count)
             }
             Err(_) => {
                 tracing::warn!("the fair order timed out; ordering this node's waiters itself");
-                local_order(cands, paused, self.promote_after, count)
+                local_order(&cands, paused, self.promote_after, count)
             }
         }
     }
@@ -517,12 +522,7 @@ impl Admission {
             if offers.is_empty() {
                 return HandOut::Done;
             }
-            let pick = if offers.len() == 1 && !paused.holds(offers[0].candidate.firm_id) {
-                Some(0)
-            } else {
-                let cands: Vec<Candidate> = offers.iter().map(|o| o.candidate).collect();
-                self.order(&cands, &paused, 1).await.first().copied()
-            };
+            let pick = self.order(&offers, &paused, 1).await.first().copied();
             let mut offers: Vec<Option<Offer>> = offers.into_iter().map(Some).collect();
             let chosen = pick.and_then(|i| offers.get_mut(i).and_then(Option::take));
             {
