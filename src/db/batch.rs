@@ -6,8 +6,11 @@
 //! what piled up together. It never waits to fill a batch: a request that finds a free lane
 //! goes at once, alone, so an idle node's latency is a single request's. Only requests that
 //! arrive while every lane is busy share the next batch, so batches grow with the load. At
-//! idle a request does not even pass through the queue: it takes a free lane and runs in its
-//! caller's task.
+//! idle (every lane free) a request does not even pass through the queue: it takes a lane and
+//! runs in its caller's task. Once a lane is busy, requests go through the queue even when
+//! another lane is free, so that a crowd asking together (the claims of a burst of holds, the
+//! commits of builds that ended together) shares that lane: the first of it no longer goes
+//! alone, at several times a member's cost in a batch.
 //!
 //! It knows nothing of the ledger: the function it is started with runs one batch (on a
 //! connection of its own) and answers each member in order. A request that never reached a
@@ -35,6 +38,8 @@ pub enum Unanswered {
 pub struct Batcher<Q, A> {
     tx: mpsc::UnboundedSender<(Q, oneshot::Sender<A>)>,
     lanes: Arc<Semaphore>,
+    /// How many lanes there are: the fast path is for a batcher with all of them free.
+    lane_count: usize,
     run: Run<Q, A>,
 }
 
@@ -43,6 +48,7 @@ impl<Q, A> Clone for Batcher<Q, A> {
         Self {
             tx: self.tx.clone(),
             lanes: self.lanes.clone(),
+            lane_count: self.lane_count,
             run: self.run.clone(),
         }
     }
@@ -58,17 +64,26 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
         Fut: Future<Output = Vec<A>> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        let lanes = Arc::new(Semaphore::new(lanes.max(1)));
+        let lane_count = lanes.max(1);
+        let lanes = Arc::new(Semaphore::new(lane_count));
         let run: Run<Q, A> = Arc::new(move |members| Box::pin(run(members)));
         tokio::task::spawn_local(drive(rx, lanes.clone(), max.max(1), run.clone()));
-        Self { tx, lanes, run }
+        Self {
+            tx,
+            lanes,
+            lane_count,
+            run,
+        }
     }
 
     /// Asks, and waits for the answer (see [`Unanswered`] for its absence). A request that
-    /// finds a lane free runs at once in the caller's own task, as a batch of one: no hop
-    /// through the queue at idle.
+    /// finds every lane free runs at once in the caller's own task, as a batch of one: no hop
+    /// through the queue at idle. Otherwise it joins the queue, and the next batch, which
+    /// leaves at once when a lane is free.
     pub async fn ask(&self, request: Q) -> Result<A, Unanswered> {
-        if let Ok(lane) = self.lanes.clone().try_acquire_owned() {
+        if self.lanes.available_permits() == self.lane_count
+            && let Ok(lane) = self.lanes.clone().try_acquire_owned()
+        {
             let answer = (self.run)(vec![request]).await.into_iter().next();
             drop(lane);
             return answer.ok_or(Unanswered::Lost);
@@ -160,6 +175,36 @@ mod tests {
             assert!(
                 sizes.len() <= 3 && sizes.iter().sum::<usize>() == 11,
                 "ten requests behind a busy lane share at most two batches: {sizes:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_crowd_behind_one_busy_lane_takes_the_free_lane_together() {
+        on_local(async {
+            let sizes = Arc::new(Mutex::new(Vec::new()));
+            let seen = sizes.clone();
+            let b = Batcher::start(2, 64, move |xs: Vec<u32>| {
+                seen.lock().unwrap().push(xs.len());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    xs
+                }
+            });
+            // One lane busy, as under load; then a crowd asks at once (a burst of holds).
+            let busy = tokio::task::spawn_local({
+                let b = b.clone();
+                async move { b.ask(0).await }
+            });
+            tokio::task::yield_now().await;
+            let answers = futures_util::future::join_all((1..=10u32).map(|i| b.ask(i))).await;
+            assert_eq!(answers, (1..=10u32).map(Ok).collect::<Vec<_>>());
+            assert_eq!(busy.await.expect("the first ask ran"), Ok(0));
+            let sizes = sizes.lock().unwrap().clone();
+            assert_eq!(
+                sizes,
+                vec![1, 10],
+                "the crowd shares the free lane: no member of it goes alone ahead of the rest"
             );
         });
     }
