@@ -133,6 +133,7 @@ internal!(transport);
 
 pub use actors::{RetentionReport, SweepReport};
 pub use builders::brief::BriefBuilder;
+pub use builders::context::Record;
 pub use builders::{BuildContext, Builder, from_settings as builder_from_settings};
 pub use db::admin::{create_database_if_missing, with_database};
 pub use db::migrate::run_pending as migrate;
@@ -141,6 +142,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use ledger::facts::{
     NewDocument, add_document, archive_matter, create_matter, request_brief, request_brief_all,
 };
+pub use ledger::models::{DocumentRow, MatterRow};
 pub use ledger::outbox::{NewEvent, record_event, record_events};
 pub use ledger::reads::{MatterStatus, job, status};
 pub use ledger::{Claim, DemandClass, EventName, ExtraWrites, Frame, JobRow};

@@ -23,7 +23,9 @@ use tokio::sync::watch;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::capacity::record_bytes;
 pub use super::capacity::{Capacity, Hold};
+use crate::builders::context::RecordQueue;
 use crate::builders::{BuildContext, Builder};
 use crate::db::Pool;
 use crate::error::{Error, ErrorKind};
@@ -55,6 +57,10 @@ pub struct BuildEnv {
     /// Where frames without extra writes are committed, together with the others ready at the
     /// same time; `None`: each commits alone.
     pub commits: Option<CommitQueue>,
+    /// Where builds read their records ahead, together with the others claimed at the same
+    /// time, when the builder reads them ([`Builder::reads_record`]); `None`: each build reads
+    /// its own when it runs.
+    pub records: Option<RecordQueue>,
     /// The node's slots (a build takes one while it builds) and holds.
     pub capacity: Arc<Capacity>,
     /// Who takes the node's next hold: told at once when the builder asks the rail to wait.
@@ -241,15 +247,33 @@ pub async fn run_build(
     trace_id: Option<String>,
     event_ids: Vec<Uuid>,
 ) -> BuildOutcome {
-    let ctx = BuildContext {
-        firm_id: claim.firm_id,
-        matter_id: claim.matter_id,
-        token: claim.token,
-        run_id: claim.run_id,
-        trace_id,
-        event_ids,
-        pool: env.pool.clone(),
-    };
+    let mut ctx = BuildContext::new(
+        claim.firm_id,
+        claim.matter_id,
+        claim.token,
+        claim.run_id,
+        env.pool.clone(),
+    );
+    ctx.trace_id = trace_id;
+    ctx.event_ids = event_ids;
+    // The record is read now, with the others claimed at the same time, while this build waits
+    // for its slot: the claim has committed, so the read holds every fact the claim covers,
+    // and the slot is not held through the round trip.
+    let ahead = env
+        .records
+        .as_ref()
+        .filter(|_| env.builder.reads_record())
+        .map(|records| {
+            let (records, capacity) = (records.clone(), env.capacity.clone());
+            let key = (claim.firm_id, claim.matter_id);
+            tokio::task::spawn_local(async move {
+                let record = records.ask(key).await.ok().flatten()?;
+                // Past the node's budget of records waiting in memory, it is let go, and the
+                // build reads it when it runs.
+                let kept = capacity.keep_ahead(record_bytes(&record))?;
+                Some((record, kept))
+            })
+        });
     Metrics::inc(&env.metrics.counters.builds_started);
     let mut started = Instant::now();
     let stopped = {
@@ -267,7 +291,14 @@ pub async fn run_build(
             Ok(slot) => {
                 started = Instant::now();
                 tracing::info!("build started");
-                let build = env.builder.build(&ctx);
+                let build = async {
+                    if let Some(ahead) = ahead
+                        && let Ok(Some((record, _kept))) = ahead.await
+                    {
+                        ctx.hand_record(record);
+                    }
+                    env.builder.build(&ctx).await
+                };
                 tokio::pin!(build);
                 let stopped = tokio::select! {
                     r = &mut build => Stopped::Built(r),

@@ -16,7 +16,7 @@
 //! slower) is handed back by token rather than kept from other nodes
 //! ([`Capacity::wait_limit`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ pub const AHEAD_BUDGET: Duration = Duration::from_millis(500);
 /// The node's slots and holds. Shared (`Arc`) by the pool and every build.
 pub struct Capacity {
     slots: Arc<Semaphore>,
+    /// Bytes of records read ahead by builds not yet building (see [`Capacity::keep_ahead`]).
+    ahead_bytes: Arc<AtomicUsize>,
     concurrency: usize,
     holds: Arc<Semaphore>,
     max_holds: usize,
@@ -62,6 +64,31 @@ impl Drop for Hold {
     }
 }
 
+/// The most bytes of records a node keeps read ahead for builds that have not started.
+pub const READ_AHEAD_BUDGET: usize = 64 << 20;
+
+/// A record kept in memory ahead of its build ([`Capacity::keep_ahead`]); dropping it gives
+/// its bytes back to the budget.
+pub struct KeptAhead {
+    bytes: usize,
+    held: Arc<AtomicUsize>,
+}
+
+impl Drop for KeptAhead {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// About how much memory a record takes: its text, with a little for each row.
+pub fn record_bytes(record: &crate::builders::context::Record) -> usize {
+    const ROW: usize = 128;
+    let matter = record.0.as_ref().map_or(0, |m| m.title.len() + ROW);
+    record.1.iter().fold(matter, |n, d| {
+        n.saturating_add(d.body.len() + d.title.len() + ROW)
+    })
+}
+
 /// A build's right to run; dropping it lets the next waiting claim build.
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
@@ -75,6 +102,7 @@ impl Capacity {
         let first = (2 * concurrency).min(max_holds);
         Arc::new(Self {
             slots: Arc::new(Semaphore::new(concurrency)),
+            ahead_bytes: Arc::default(),
             concurrency,
             holds: Arc::new(Semaphore::new(first)),
             max_holds,
@@ -106,6 +134,23 @@ impl Capacity {
     pub async fn slot(&self) -> Option<Slot> {
         let permit = self.slots.clone().acquire_owned().await.ok()?;
         Some(Slot { _permit: permit })
+    }
+
+    /// Keeps a record read ahead for a build that has not started (`bytes` long), while the
+    /// records kept come to at most [`READ_AHEAD_BUDGET`]; `None` past it, and the build reads
+    /// its record when it runs. A node holds many claims when builds are fast, and a matter's
+    /// record can be large: this bounds what waits in memory. The bytes count until the
+    /// returned [`KeptAhead`] drops.
+    pub fn keep_ahead(&self, bytes: usize) -> Option<KeptAhead> {
+        self.ahead_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|&n| n <= READ_AHEAD_BUDGET)
+            })
+            .ok()?;
+        Some(KeptAhead {
+            bytes,
+            held: self.ahead_bytes.clone(),
+        })
     }
 
     /// A build held its slot for `took`: the average moves, and the holds with it.
@@ -195,6 +240,29 @@ impl Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_read_ahead_stay_within_the_budget_until_their_builds_take_them() {
+        let c = Capacity::new(8, 256);
+        let big = READ_AHEAD_BUDGET / 3;
+        let kept: Vec<KeptAhead> = (0..3)
+            .map(|_| c.keep_ahead(big).expect("three thirds fit"))
+            .collect();
+        assert!(
+            c.keep_ahead(big).is_none(),
+            "a fourth third is past the budget: its build reads its own record"
+        );
+        assert!(
+            c.keep_ahead(READ_AHEAD_BUDGET - 3 * big).is_some(),
+            "what is left of the budget fits (and is given back at once)"
+        );
+        drop(kept);
+        assert!(
+            c.keep_ahead(READ_AHEAD_BUDGET).is_some(),
+            "builds that took their records gave their bytes back"
+        );
+        assert!(c.keep_ahead(READ_AHEAD_BUDGET + 1).is_none(), "never past it");
+    }
 
     #[test]
     fn fast_builds_get_every_hold_and_slow_ones_one_per_slot() {

@@ -23,6 +23,7 @@ use crate::builders::Builder;
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::error::{Error, Result};
+use crate::builders::context::records_in_batches;
 use crate::ledger::commits_in_batches;
 use crate::ledger::transitions::{RetryPolicy, claims_in_batches};
 use crate::metrics::Metrics;
@@ -89,6 +90,7 @@ impl Actors {
             timeout: crate::config::seconds(settings.builder.timeout_seconds),
             retry: RetryPolicy::from(&settings.retry),
             commits: Some(commits_in_batches(pool.clone(), lanes, BATCH_MAX)),
+            records: Some(records_in_batches(pool.clone(), lanes, BATCH_MAX)),
             capacity,
             admission: admission.clone(),
             cancel,

@@ -36,6 +36,11 @@ impl Builder for BriefBuilder {
         }
         .boxed_local()
     }
+
+    /// A Brief is built from the record.
+    fn reads_record(&self) -> bool {
+        true
+    }
 }
 
 /// The Brief of a matter, given its documents in chronological order.

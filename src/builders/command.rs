@@ -115,6 +115,11 @@ impl Builder for CommandBuilder {
         }
         .boxed_local()
     }
+
+    /// The record goes to the program on its stdin.
+    fn reads_record(&self) -> bool {
+        true
+    }
 }
 
 /// stdout to its end, failing past [`MAX_STDOUT`] (the group is then ended by its guard, so

@@ -183,4 +183,9 @@ impl Builder for HttpBuilder {
         }
         .boxed_local()
     }
+
+    /// The record is posted to the builder's URL.
+    fn reads_record(&self) -> bool {
+        true
+    }
 }

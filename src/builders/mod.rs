@@ -60,6 +60,15 @@ pub trait Builder: Send + Sync + 'static {
     /// backoff unless the error is permanent); the frame lands only if the claim's token is still
     /// current when it commits.
     fn build<'a>(&'a self, ctx: &'a BuildContext) -> LocalBoxFuture<'a, Result<Frame>>;
+
+    /// Whether builds read the matter's record ([`BuildContext::record`]). When they do, a node
+    /// reads the records of the builds it claimed together in one statement as the claims are
+    /// won, before each build waits for a slot, so no slot is held through that round trip.
+    /// The default, `false`, reads nothing ahead: a builder that reads only its own tables pays
+    /// for no read it does not use.
+    fn reads_record(&self) -> bool {
+        false
+    }
 }
 
 /// The builder `builder.kind` names. Fails when it cannot be made (the `http` builder's TLS

@@ -123,25 +123,39 @@ pub struct FrameRow {
     pub created_at: DateTime<Utc>,
 }
 
+/// `record.matters`: a matter of the record, as a builder reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
 #[diesel(table_name = record::matters, check_for_backend(diesel::pg::Pg))]
 pub struct MatterRow {
+    /// The firm the matter belongs to.
     pub firm_id: Uuid,
+    /// The matter, unique within its firm.
     pub matter_id: Uuid,
+    /// Its caption ("Acme Corp. v. Globex LLC").
     pub title: String,
+    /// When it was archived; an archived matter is not built again.
     pub archived_at: Option<DateTime<Utc>>,
+    /// When it was opened.
     pub created_at: DateTime<Utc>,
 }
 
+/// `record.documents`: a document of a matter, as a builder reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Serialize)]
 #[diesel(table_name = record::documents, check_for_backend(diesel::pg::Pg))]
 pub struct DocumentRow {
+    /// The document.
     pub document_id: Uuid,
+    /// The firm of its matter.
     pub firm_id: Uuid,
+    /// Its matter.
     pub matter_id: Uuid,
+    /// Its title.
     pub title: String,
+    /// The date it bears, if any: the chronology's order.
     pub dated: Option<NaiveDate>,
+    /// Its text.
     pub body: String,
+    /// When it was uploaded: the order of documents of the same date.
     pub uploaded_at: DateTime<Utc>,
 }
 

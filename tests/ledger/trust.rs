@@ -307,6 +307,7 @@ async fn a_frame_the_database_refuses_fails_the_claim_at_once_with_its_error() {
             backoff_max: Duration::from_secs(300),
         },
         commits: None,
+        records: None,
         capacity,
         admission,
         cancel,

@@ -63,15 +63,52 @@ async fn matter_with_documents(db: &TestDb) -> (Uuid, Uuid) {
 }
 
 fn ctx(db: &TestDb, firm: Uuid, matter: Uuid, token: i64) -> BuildContext {
-    BuildContext {
-        firm_id: firm,
-        matter_id: matter,
-        token,
-        run_id: Uuid::new_v4(),
-        trace_id: None,
-        event_ids: vec![],
-        pool: db.pool.clone(),
+    BuildContext::new(firm, matter, token, Uuid::new_v4(), db.pool.clone())
+}
+
+/// The records of builds claimed together are read in one statement: each matter gets its own
+/// documents in chronological order, the same as a build that reads its own, whichever firms
+/// the matters belong to; a matter not in the record gets none, and one asked twice gets both.
+#[actix_rt::test]
+async fn records_read_together_give_each_matter_its_own() {
+    let db = TestDb::new(4).await.unwrap();
+    let a = matter_with_documents(&db).await;
+    let b = matter_with_documents(&db).await;
+    let (firm_c, matter_c) = (a.0, Uuid::new_v4());
+    let mut c = db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm_c, matter_c, "Initech v. Acme Corp.")
+        .await
+        .unwrap();
+    let missing = (b.0, Uuid::new_v4());
+    // A matter id of one firm asked under another firm is not that matter.
+    let crossed = (b.0, a.1);
+    let keys = [b, missing, (firm_c, matter_c), a, crossed, b];
+    let together = briefrail::builders::context::records(&mut c, &keys)
+        .await
+        .unwrap();
+    assert_eq!(together.len(), keys.len(), "one record per key asked");
+    for (key, record) in keys.iter().zip(&together) {
+        let alone = ctx(&db, key.0, key.1, 1).record().await.unwrap();
+        assert_eq!(
+            record, &alone,
+            "the record of {key:?}, read together and alone"
+        );
     }
+    assert_eq!(together[0].1.len(), 4, "the first matter's four documents");
+    assert!(together[1].0.is_none() && together[1].1.is_empty());
+    assert_eq!(
+        together[2].0.as_ref().map(|m| m.title.as_str()),
+        Some("Initech v. Acme Corp.")
+    );
+    assert!(
+        together[2].1.is_empty(),
+        "a matter with no documents has none"
+    );
+    assert!(together[4].0.is_none(), "the crossed key names no matter");
+    assert_eq!(
+        together[5], together[0],
+        "a key asked twice gets the record twice"
+    );
 }
 
 #[actix_rt::test]
