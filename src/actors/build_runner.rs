@@ -23,9 +23,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::capacity::record_bytes;
 pub use super::capacity::{Capacity, Hold};
-use crate::builders::context::RecordQueue;
+use crate::builders::context::{RecordQueue, record_bytes};
 use crate::builders::{BuildContext, Builder};
 use crate::db::Pool;
 use crate::error::{Error, ErrorKind};

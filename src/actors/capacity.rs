@@ -80,15 +80,6 @@ impl Drop for KeptAhead {
     }
 }
 
-/// About how much memory a record takes: its text, with a little for each row.
-pub fn record_bytes(record: &crate::builders::context::Record) -> usize {
-    const ROW: usize = 128;
-    let matter = record.0.as_ref().map_or(0, |m| m.title.len() + ROW);
-    record.1.iter().fold(matter, |n, d| {
-        n.saturating_add(d.body.len() + d.title.len() + ROW)
-    })
-}
-
 /// A build's right to run; dropping it lets the next waiting claim build.
 pub struct Slot {
     _permit: OwnedSemaphorePermit,

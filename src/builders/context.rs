@@ -122,6 +122,15 @@ impl BuildContext {
     }
 }
 
+/// About how much memory a record takes: its text, with a little for each row.
+pub fn record_bytes(record: &Record) -> usize {
+    const ROW: usize = 128;
+    let matter = record.0.as_ref().map_or(0, |m| m.title.len() + ROW);
+    record.1.iter().fold(matter, |n, d| {
+        n.saturating_add(d.body.len() + d.title.len() + ROW)
+    })
+}
+
 /// The records of the builds a node starts, read together: requests that arrive while a read is
 /// on the wire share the next ([`crate::db::batch`]). A build asks as soon as its claim is won,
 /// before it waits for a slot, so its slot is not held through the round trip. A member left
