@@ -177,9 +177,38 @@ pub async fn apply_batch(
     consumer: &str,
     wires: &[EventEnvelope],
 ) -> Result<Vec<Applied>> {
+    apply_batch_flushed(conn, consumer, wires, true).await
+}
+
+/// [`apply_batch`] for the broker's consumer: its transaction commits without waiting for the
+/// disk (`synchronous_commit` off for it alone). What it writes is redone if a crash loses it:
+/// the event keeps no inbox row, so reconcile publishes it again (`reconcile.after_seconds`),
+/// and no claim can have read a lost demand, since a claim's own commit flushes everything
+/// before it. At idle the flush was most of the consumer's commit, on the path between an
+/// upload and its build. A replay of a dead letter, which an operator is told has landed, keeps
+/// [`apply_batch`]'s flush.
+pub async fn apply_delivered(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    wires: &[EventEnvelope],
+) -> Result<Vec<Applied>> {
+    apply_batch_flushed(conn, consumer, wires, false).await
+}
+
+async fn apply_batch_flushed(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    wires: &[EventEnvelope],
+    flush: bool,
+) -> Result<Vec<Applied>> {
     let consumer = consumer.to_owned();
     let wires = wires.to_vec();
     conn.transaction(async move |tx| {
+        if !flush {
+            diesel::sql_query("SET LOCAL synchronous_commit = off")
+                .execute(tx)
+                .await?;
+        }
         let ids: Vec<Uuid> = wires.iter().map(|w| w.event_id).collect();
         let mut ages = HashMap::new();
         let rows: HashMap<Uuid, OutboxRow> = outbox::events_aged(tx, &ids)

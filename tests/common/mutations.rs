@@ -441,6 +441,20 @@ pub fn all() -> Vec<Mutation> {
             ],
         },
         Mutation {
+            name: "claim_batch_skips_the_flush",
+            breaks: "durability: a claim's commit waits for the disk, so no token is handed out twice",
+            // Not at a marker: the line the redone transitions carry, copied into the claim.
+            plants: &[Plant::Sql(
+                "DO $plant$ BEGIN EXECUTE replace(pg_get_functiondef('ops.claim_batch'::regproc), \
+                 E'\\nBEGIN\\n', \
+                 E'\\nBEGIN\\n    PERFORM set_config(''synchronous_commit'', ''off'', true);\\n'); \
+                 END $plant$;",
+            )],
+            killers: &[
+                "ledger::durability::claims_and_commits_wait_for_the_disk_and_redone_work_does_not",
+            ],
+        },
+        Mutation {
             name: "outbox_pages_filled_to_the_brim",
             breaks: "speed: the relay's lease rewrites each row on its own page (no index entries)",
             // Not a function: the outbox's storage parameter, taken back.

@@ -1,4 +1,4 @@
-//! The `ledger` test binary: ledger, batches, retention, limits, plans, schema_drift, model_vs_sql, trust.
+//! The `ledger` test binary: ledger, batches, durability, retention, limits, plans, schema_drift, model_vs_sql, trust.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -7,6 +7,7 @@ mod common;
 mod model;
 
 mod batches;
+mod durability;
 mod ledger;
 mod limits;
 mod model_vs_sql;

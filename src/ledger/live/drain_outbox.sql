@@ -17,6 +17,7 @@ DECLARE
     v_ages    double precision[];
     v_classes text[];
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);  -- rule: redone if lost, so no flush
     SELECT array_agg(t.event_id), array_agg(t.firm_id), array_agg(t.matter_id),
            array_agg(t.traceparent), array_agg(extract(epoch FROM ops.now() - t.created_at)::float8),
            array_agg(t.demand_class)

@@ -9,6 +9,7 @@ CREATE OR REPLACE FUNCTION ops.lease_events(p_limit bigint, p_lease_secs double 
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);  -- rule: redone if lost, so no flush
     RETURN QUERY
         WITH leased AS (
             UPDATE ops.domain_event_outbox o

@@ -11,6 +11,7 @@ AS $function$
 DECLARE
     v_marked integer;
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);  -- rule: redone if lost, so no flush
     UPDATE ops.domain_event_outbox o
        SET published_at = ops.now()
      WHERE o.event_id = ANY (p_event_ids);

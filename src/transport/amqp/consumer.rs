@@ -535,7 +535,7 @@ async fn requeue(d: &Delivery) -> Result<()> {
 
 async fn apply(opts: &AmqpOptions, e: &[EventEnvelope]) -> Result<Vec<Applied>> {
     let mut c = opts.pool.get().await?;
-    inbox::apply_batch(&mut c, BRIEF_RAIL, e).await
+    inbox::apply_delivered(&mut c, BRIEF_RAIL, e).await
 }
 
 /// Files the refused delivery in the ledger (`ops.dead_letters`).

@@ -154,6 +154,7 @@ async fn measure(server: &str, transport: &'static str, v: Variant) -> R<Waits> 
     };
     let name = format!("{}_idle", admin::split_url(server)?.0);
     let (url, pool) = e2e::fresh(server, &name).await?;
+    e2e::trial_sql(&pool).await?;
     let (firm, served) = e2e::load(&pool, FACTS).await?;
     let dir = std::env::temp_dir().join(format!("briefrail-bench-idle-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
