@@ -184,9 +184,9 @@ pub async fn apply_batch(
 /// disk (`synchronous_commit` off for it alone). What it writes is redone if a crash loses it:
 /// the event keeps no inbox row, so reconcile publishes it again (`reconcile.after_seconds`),
 /// and no claim can have read a lost demand, since a claim's own commit flushes everything
-/// before it. At idle the flush was most of the consumer's commit, on the path between an
-/// upload and its build. A replay of a dead letter, which an operator is told has landed, keeps
-/// [`apply_batch`]'s flush.
+/// before it. At idle a flush is most of a short commit, and this one is on the path between
+/// an upload and its build. A replay of a dead letter, which an operator is told has landed,
+/// keeps [`apply_batch`]'s flush.
 pub async fn apply_delivered(
     conn: &mut AsyncPgConnection,
     consumer: &str,

@@ -45,9 +45,11 @@ macro_rules! flush_after {
     }};
 }
 
-/// Every transition that hands out a token or lands a frame waits for the disk; every one
-/// whose work is redone when a crash loses it does not (and so leaves its connection's setting
-/// as it found it once its transaction ends).
+/// Every transition that hands out a token waits for the disk; every one whose work is redone
+/// when a crash loses it does not (and leaves its connection's setting as it found it once its
+/// transaction ends). A frame's commit is held to it by
+/// [`no_other_transition_turns_the_flush_off`]: no live function but the three redone ones
+/// names the setting.
 #[tokio::test]
 async fn claims_and_commits_wait_for_the_disk_and_redone_work_does_not() {
     let db = TestDb::new(2).await.unwrap();
