@@ -464,7 +464,7 @@ const INTERNAL: &[(&str, &str)] = &[
     ),
     (
         "notify_outbox",
-        "the outbox's trigger, which wakes the postgres transport",
+        "the outbox trigger's target, never run: its condition sends the notification",
     ),
     ("refuse_job_delete", "a trigger: a job row is never deleted"),
     (

@@ -1,4 +1,4 @@
-//! The `ledger` test binary: ledger, batches, durability, retention, limits, plans, schema_drift, model_vs_sql, trust.
+//! The `ledger` test binary: ledger, batches, durability, retention, limits, plans, schema_drift, model_vs_sql, new_session, trust.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,6 +11,7 @@ mod durability;
 mod ledger;
 mod limits;
 mod model_vs_sql;
+mod new_session;
 mod plans;
 mod retention;
 mod schema_drift;

@@ -480,7 +480,13 @@ CREATE INDEX documents_by_matter ON record.documents USING btree (firm_id, matte
 -- Name: domain_event_outbox domain_event_outbox_notify; Type: TRIGGER; Schema: ops; Owner: -
 --
 
-CREATE TRIGGER domain_event_outbox_notify AFTER INSERT ON ops.domain_event_outbox FOR EACH STATEMENT EXECUTE FUNCTION ops.notify_outbox();
+CREATE TRIGGER domain_event_outbox_notify AFTER INSERT ON ops.domain_event_outbox FOR EACH STATEMENT WHEN ((pg_notify('briefrail_outbox'::text, ''::text) IS NULL)) EXECUTE FUNCTION ops.notify_outbox();
+
+--
+-- Name: TRIGGER domain_event_outbox_notify ON domain_event_outbox; Type: COMMENT; Schema: ops; Owner: -
+--
+
+COMMENT ON TRIGGER domain_event_outbox_notify ON ops.domain_event_outbox IS 'its condition sends the notification and is false, so no PL/pgSQL runs on the insert';
 
 --
 -- Name: matter_frame_jobs matter_frame_jobs_no_delete; Type: TRIGGER; Schema: ops; Owner: -
