@@ -7,8 +7,12 @@ use std::fmt;
 use crate::error::Error;
 
 /// The rule, as stated in errors and docs.
-pub const RULE: &str =
-    "must be a lowercase noun.verb fact: letters a-z, one dot, e.g. matter.created";
+pub const RULE: &str = "must be a lowercase noun.verb fact: letters a-z, one dot, at most 255 \
+                        bytes, e.g. matter.created";
+
+/// The longest name: an event's name is its message's routing key on the bus, an AMQP short
+/// string. A longer one could never be published.
+pub const MAX_LEN: usize = 255;
 
 /// A validated event name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -32,7 +36,7 @@ impl EventName {
         };
         let (noun, verb) = name.split_once('.').ok_or_else(invalid)?;
         let word = |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase());
-        if word(noun) && word(verb) {
+        if name.len() <= MAX_LEN && word(noun) && word(verb) {
             Ok(Self(name.to_owned()))
         } else {
             Err(invalid())
@@ -57,6 +61,7 @@ mod tests {
 
     #[test]
     fn only_lowercase_noun_verb() {
+        let too_long = format!("matter.{}", "a".repeat(MAX_LEN - 6));
         for bad in [
             "Matter.Created",
             "matter_created",
@@ -66,6 +71,7 @@ mod tests {
             "",
             "matter.créé",
             "matter. created",
+            too_long.as_str(),
         ] {
             let e = EventName::parse(bad).expect_err(bad);
             assert!(e.to_string().contains("noun.verb"), "{e}");
@@ -78,5 +84,7 @@ mod tests {
         ] {
             assert_eq!(EventName::parse(good).expect(good).as_str(), good);
         }
+        let longest = format!("matter.{}", "a".repeat(MAX_LEN - 7));
+        assert_eq!(EventName::parse(&longest).expect("255 bytes").as_str(), longest);
     }
 }

@@ -1661,3 +1661,80 @@ async fn a_published_fact_the_trigger_has_not_consumed_is_owed_not_fresh() {
     .await;
     assert_eq!(reads::gauges(&mut c).await.unwrap().owed_facts, 0);
 }
+
+/// An outbox row whose event name cannot be a routing key (longer than an AMQP short string's
+/// 255 bytes; a database may hold one written before the ledger refused such names) is failed
+/// alone, its error kept on the row and the row unpublished; the relay publishes the events
+/// before and after it. It used to stop the relay at its first attempt, on every node.
+#[actix_rt::test]
+async fn an_event_name_too_long_for_a_routing_key_fails_its_row_alone() {
+    let r = rig(Duration::from_secs(600)).await;
+    let firm = Uuid::new_v4();
+    let (before, after) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut c = r.db.pool.get().await.unwrap();
+    facts::create_matter(&mut c, firm, before, "Before v. Long")
+        .await
+        .unwrap();
+    let long = format!("matter.{}", "a".repeat(300));
+    c.batch_execute(&format!(
+        "ALTER TABLE ops.domain_event_outbox
+             DROP CONSTRAINT IF EXISTS domain_event_outbox_event_name_fits_a_routing_key;
+         INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
+         VALUES (gen_random_uuid(), '{firm}', '{before}', '{long}')"
+    ))
+    .await
+    .unwrap();
+    let _consumer = TriggerConsumer::new(r.opts.clone(), r.node.nudges()).start();
+    let _relay = Relay::new(r.opts.clone()).start();
+    until_served(
+        &r.db,
+        firm,
+        before,
+        Duration::from_secs(20),
+        "the event recorded before the long one",
+    )
+    .await;
+    facts::create_matter(&mut c, firm, after, "After v. Long")
+        .await
+        .unwrap();
+    until_served(
+        &r.db,
+        firm,
+        after,
+        Duration::from_secs(20),
+        "an event recorded after the long one",
+    )
+    .await;
+    #[derive(QueryableByName)]
+    struct Failed {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        last_error: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        published: bool,
+    }
+    let sql = format!(
+        "SELECT last_error, published_at IS NOT NULL AS published
+           FROM ops.domain_event_outbox WHERE event_name = '{long}'"
+    );
+    let row = eventually(
+        Duration::from_secs(10),
+        "the long row's failure recorded",
+        || async {
+            let row: Failed = diesel::sql_query(&sql)
+                .get_result(&mut r.db.pool.get().await.unwrap())
+                .await
+                .unwrap();
+            (row.published || row.last_error.is_some()).then_some(row)
+        },
+    )
+    .await;
+    assert!(
+        !row.published,
+        "a row the bus cannot carry is never marked published"
+    );
+    let error = row.last_error.unwrap_or_default();
+    assert!(
+        error.contains("routing key") && error.contains("307 bytes"),
+        "the row names why it is not published: {error:?}"
+    );
+}

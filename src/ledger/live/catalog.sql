@@ -301,6 +301,13 @@ ALTER TABLE ONLY ops.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (dead_letter_id);
 
 --
+-- Name: domain_event_outbox domain_event_outbox_event_name_fits_a_routing_key; Type: CHECK CONSTRAINT; Schema: ops; Owner: -
+--
+
+ALTER TABLE ops.domain_event_outbox
+    ADD CONSTRAINT domain_event_outbox_event_name_fits_a_routing_key CHECK ((octet_length(event_name) <= 255)) NOT VALID;
+
+--
 -- Name: domain_event_outbox domain_event_outbox_pkey; Type: CONSTRAINT; Schema: ops; Owner: -
 --
 

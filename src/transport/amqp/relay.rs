@@ -125,6 +125,26 @@ async fn lease(opts: &AmqpOptions, n: usize) -> Result<Vec<OutboxRow>> {
 
 type Pending = Vec<(uuid::Uuid, lapin::PublisherConfirm)>;
 
+/// What a window's publishes came to before their confirms: the confirms to await, the rows
+/// that could not be sent at all (with why), and the channel's error if it broke.
+struct Sent {
+    pending: Pending,
+    refused: Vec<(uuid::Uuid, String)>,
+    broken: Option<Error>,
+}
+
+/// A row's routing key: its event's name, if the bus can carry it (an AMQP short string).
+/// The ledger refuses longer names; a row written before it did would otherwise stop the
+/// relay at every attempt, so it is failed alone, its error kept on the row.
+fn routing_key(row: &OutboxRow) -> std::result::Result<lapin::types::ShortString, String> {
+    lapin::types::ShortString::try_new(row.event_name.as_str()).map_err(|e| {
+        format!(
+            "event name of {} bytes cannot be a routing key: {e}",
+            row.event_name.len()
+        )
+    })
+}
+
 /// Publishes the rows (persistent, mandatory), in their order. A row from the first channel
 /// error on counts as not published (one after it may have gone out all the same: it is
 /// published again after its backoff, and the inbox absorbs the copy).
@@ -132,13 +152,21 @@ type Pending = Vec<(uuid::Uuid, lapin::PublisherConfirm)>;
 /// The publishes go out together: each is handed to lapin's I/O thread and awaited until its
 /// frames are written, and one after another they were a thread hand-off per message. They are
 /// first polled in row order, which is the order their frames and confirm tags take.
-async fn publish(ch: &Channel, opts: &AmqpOptions, rows: &[OutboxRow]) -> (Pending, Option<Error>) {
-    let sends = rows.iter().map(|row| {
+async fn publish(ch: &Channel, opts: &AmqpOptions, rows: &[OutboxRow]) -> Sent {
+    let mut refused = Vec::new();
+    let mut sendable = Vec::with_capacity(rows.len());
+    for row in rows {
+        match routing_key(row) {
+            Ok(key) => sendable.push((row, key)),
+            Err(why) => refused.push((row.event_id, why)),
+        }
+    }
+    let sends = sendable.iter().map(|(row, key)| {
         let (body, props) = message::encode(&row.envelope());
         async move {
             ch.basic_publish(
                 opts.topology.events_exchange.as_str().into(),
-                row.event_name.as_str().into(),
+                key.clone(),
                 BasicPublishOptions {
                     mandatory: true,
                     ..Default::default()
@@ -149,20 +177,38 @@ async fn publish(ch: &Channel, opts: &AmqpOptions, rows: &[OutboxRow]) -> (Pendi
             .await
         }
     });
-    let mut pending = Vec::with_capacity(rows.len());
-    for (row, sent) in rows.iter().zip(futures_util::future::join_all(sends).await) {
+    let mut pending = Vec::with_capacity(sendable.len());
+    for ((row, _), sent) in sendable
+        .iter()
+        .zip(futures_util::future::join_all(sends).await)
+    {
         match sent {
             Ok(confirm) => pending.push((row.event_id, confirm)),
-            Err(e) => return (pending, Some(broker(e))),
+            Err(e) => {
+                return Sent {
+                    pending,
+                    refused,
+                    broken: Some(broker(e)),
+                };
+            }
         }
     }
-    (pending, None)
+    Sent {
+        pending,
+        refused,
+        broken: None,
+    }
 }
 
 /// Awaits every confirm of a published batch.
-async fn confirmed(pending: Pending, rows: &[OutboxRow], broken: Option<Error>) -> BatchOutcome {
+async fn confirmed(sent: Sent, rows: &[OutboxRow]) -> BatchOutcome {
+    let Sent {
+        pending,
+        refused,
+        broken,
+    } = sent;
     let mut published = Vec::new();
-    let mut failed: Vec<(uuid::Uuid, String)> = Vec::new();
+    let mut failed: Vec<(uuid::Uuid, String)> = refused;
     for (id, confirm) in pending {
         match confirm.await {
             Ok(Confirmation::Ack(None)) | Ok(Confirmation::NotRequested) => published.push(id),
@@ -292,8 +338,8 @@ async fn publish_windows(
     let mut settled = BatchOutcome::empty();
     let windows: Vec<&[OutboxRow]> = rows.chunks(window).collect();
     for (i, w) in windows.iter().enumerate() {
-        let (pending, broken) = publish(ch, opts, w).await;
-        settled.absorb(confirmed(pending, w, broken).await);
+        let sent = publish(ch, opts, w).await;
+        settled.absorb(confirmed(sent, w).await);
         if let Some(e) = &settled.broken {
             let e = e.to_string();
             settled.failed.extend(
