@@ -178,7 +178,17 @@ pub async fn take_permit(
     let w = super::sql::take_permit(key.firm_id, key.matter_id, node_id, ttl.as_secs_f64())
         .get_result::<Wait>(conn)
         .await?;
-    Ok((w.wait_s.is_finite() && w.wait_s > 0.0).then(|| Duration::from_secs_f64(w.wait_s)))
+    Ok((w.wait_s.is_finite() && w.wait_s > 0.0).then(|| permit_wait(w.wait_s)))
+}
+
+/// The longest a node waits before asking for a permit again, whatever the ledger answered: a
+/// rate's bucket an operator emptied by hand (`ops.rail.tokens` far below zero) can answer a
+/// wait no `Duration` holds, and asking again is always safe.
+pub const MAX_PERMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// `secs` (finite, positive) as a wait, at most [`MAX_PERMIT_WAIT`].
+fn permit_wait(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs).map_or(MAX_PERMIT_WAIT, |d| d.min(MAX_PERMIT_WAIT))
 }
 
 /// Gives back `key`'s permit: its claim found nothing to build (served, recorded on a live

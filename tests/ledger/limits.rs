@@ -476,3 +476,21 @@ async fn a_builder_asking_to_wait_holds_every_start_and_spends_no_retry() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// A rate's bucket emptied by hand far below zero (`UPDATE ops.rail SET tokens = -1e300`)
+/// answers a wait no `Duration` holds; the node asks again after at most
+/// `limits::MAX_PERMIT_WAIT` instead of its admission task dying on the conversion.
+#[tokio::test]
+async fn a_rate_bucket_emptied_by_hand_answers_a_bounded_wait() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new(1).await.expect("test db");
+    set(&db, None, Some(1)).await;
+    let mut c = db.pool.get().await.expect("connection");
+    c.batch_execute("UPDATE ops.rail SET tokens = -1e300, tokens_at = now() WHERE only_row")
+        .await
+        .expect("empty the bucket by hand");
+    let wait = limits::take_permit(&mut c, key(), "n1", TTL)
+        .await
+        .expect("a permit's answer");
+    assert_eq!(wait, Some(limits::MAX_PERMIT_WAIT));
+}
