@@ -176,7 +176,7 @@ pub struct Settings {
 impl Settings {
     /// Defaults, then `file` (if any), then the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::load_with_env(file, std::env::vars())
+        Self::load_with_env(file, briefrail_vars(std::env::vars_os())?)
     }
 
     /// As [`Settings::load`], with the environment given explicitly (tests, embedding).
@@ -289,6 +289,38 @@ fn from_config_error(e: config::ConfigError) -> ConfigError {
     }
 }
 
+/// The process environment's `BRIEFRAIL__` variables. Any other variable is none of ours,
+/// whatever bytes it holds (`std::env::vars` would panic on one that is not UTF-8); one of
+/// ours that is not UTF-8 is refused, named.
+fn briefrail_vars(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    const PREFIX: &[u8] = b"BRIEFRAIL__";
+    let mut out = Vec::new();
+    for (name, value) in vars {
+        if !name.as_encoded_bytes().starts_with(PREFIX) {
+            continue;
+        }
+        let name = name.into_string().map_err(|raw| {
+            ConfigError::new(
+                "environment",
+                format!(
+                    "the variable {} has a name that is not UTF-8",
+                    raw.to_string_lossy()
+                ),
+            )
+        })?;
+        let value = value.into_string().map_err(|_| {
+            ConfigError::new(
+                "environment",
+                format!("the variable {name} has a value that is not UTF-8"),
+            )
+        })?;
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
 /// The environment `pairs` as [`Settings::load_with_env`] takes it.
 #[cfg(test)]
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -329,6 +361,54 @@ mod tests {
         assert_eq!(s.builder.command, vec!["/bin/cat", "-"]);
         assert_eq!(s.transport.kind, TransportKind::Postgres);
         Ok(())
+    }
+
+    /// A variable that is not UTF-8 is skipped when it is not ours (the process's environment
+    /// is not ours to judge) and refused, named, when it is; a panic would stop every
+    /// command, `healthcheck` included.
+    #[test]
+    fn a_variable_that_is_not_utf8_is_skipped_or_named() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        let raw = |b: &[u8]| OsString::from_vec(b.to_vec());
+        let vars = briefrail_vars([
+            (raw(b"LANG_\xff"), raw(b"C")),
+            (raw(b"OTHER"), raw(b"\xff\xfe")),
+            (raw(b"BRIEFRAIL__NODE__ID"), raw(b"n1")),
+        ])
+        .expect("only ours is read");
+        assert_eq!(vars, vec![("BRIEFRAIL__NODE__ID".into(), "n1".into())]);
+        let e =
+            briefrail_vars([(raw(b"BRIEFRAIL__NODE__ID"), raw(b"n\xff"))]).expect_err("not UTF-8");
+        assert!(
+            e.to_string().contains("BRIEFRAIL__NODE__ID") && e.to_string().contains("UTF-8"),
+            "{e}"
+        );
+    }
+
+    /// A name the broker would refuse is refused here, named: the node's id names its consumer,
+    /// the prefix begins every exchange and queue name, each an AMQP short string.
+    #[test]
+    fn names_the_broker_would_refuse_are_refused_here() {
+        for (var, key, max) in [
+            ("BRIEFRAIL__NODE__ID", "node.id", node::MAX_ID_LEN),
+            (
+                "BRIEFRAIL__TRANSPORT__PREFIX",
+                "transport.prefix",
+                transport::MAX_PREFIX_LEN,
+            ),
+        ] {
+            let longest = "n".repeat(max);
+            Settings::load_with_env(None, env(&[(var, longest.as_str())]))
+                .unwrap_or_else(|e| panic!("{var} of {max} bytes: {e}"));
+            let over = "n".repeat(max + 1);
+            let e = Settings::load_with_env(None, env(&[(var, over.as_str())]))
+                .expect_err("one byte too long");
+            assert!(
+                e.to_string().contains(key) && e.to_string().contains("255"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -25,9 +25,24 @@ pub(super) const BOUNDS: &[Bound] = &[bound!(
     real
 )];
 
+/// The longest `node.id`: `briefrail-<id>` is the trigger's consumer tag, an AMQP short string
+/// (at most 255 bytes).
+pub const MAX_ID_LEN: usize = 200;
+
 impl NodeSettings {
-    /// `id` has no control characters: it is written in every run and log line.
+    /// `id` has no control characters (it is written in every run and log line) and is at
+    /// most [`MAX_ID_LEN`] bytes.
     pub(super) fn validate_id(&self) -> Result<(), ConfigError> {
+        if self.id.trim().len() > MAX_ID_LEN {
+            return Err(ConfigError::new(
+                "node.id",
+                format!(
+                    "is {} bytes, longer than {MAX_ID_LEN}: it names the node's consumer on the \
+                     broker, an AMQP short string of at most 255 bytes",
+                    self.id.trim().len()
+                ),
+            ));
+        }
         if let Some(c) = self.id.chars().find(|c| c.is_control()) {
             return Err(ConfigError::new(
                 "node.id",

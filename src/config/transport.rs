@@ -29,6 +29,10 @@ pub struct TransportSettings {
     pub prefix: String,
 }
 
+/// The longest `transport.prefix`: the longest name it begins, `<prefix>.brief-rail.trigger`,
+/// must stay an AMQP short string (at most 255 bytes).
+pub const MAX_PREFIX_LEN: usize = 200;
+
 impl TransportSettings {
     /// `amqp_url` is one `amqp(s)://` URL, or several separated by commas (the members of a
     /// cluster); `prefix` is a safe queue-name prefix.
@@ -46,6 +50,16 @@ impl TransportSettings {
                 &["amqp", "amqps"],
                 &which,
             )?;
+        }
+        if self.prefix.len() > MAX_PREFIX_LEN {
+            return Err(ConfigError::new(
+                "transport.prefix",
+                format!(
+                    "is {} bytes, longer than {MAX_PREFIX_LEN}: it begins every exchange and \
+                     queue name, an AMQP short string of at most 255 bytes",
+                    self.prefix.len()
+                ),
+            ));
         }
         if self.prefix.is_empty()
             || !self
