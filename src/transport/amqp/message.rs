@@ -63,6 +63,14 @@ pub fn decode(data: &[u8], props: &BasicProperties) -> Result<EventEnvelope> {
     }
     let w: Wire = serde_json::from_slice(data)
         .map_err(|e| Error::InvalidInput(format!("not a nudge: {e}")))?;
+    // The ledger compares the time with its own; one the database cannot hold would make each
+    // attempt fail as if the database were down, and the message would never be settled.
+    if !(1..=9999).contains(&chrono::Datelike::year(&w.occurred_at)) {
+        return Err(Error::InvalidInput(format!(
+            "not a nudge: occurred_at {} is outside the years 1 to 9999",
+            w.occurred_at
+        )));
+    }
     let traceparent = traceparent(props);
     Ok(EventEnvelope {
         event_id: w.event_id,
@@ -128,6 +136,21 @@ mod tests {
                 .to_string()
                 .contains("event_id")
         );
+        for year in ["-5000", "0000", "+10000"] {
+            let body = serde_json::json!({
+                "event_id": e.event_id, "event_name": "document.uploaded",
+                "firm_id": e.firm_id, "matter_id": e.matter_id,
+                "occurred_at": format!("{year}-01-01T00:00:00Z"),
+            });
+            let refused = decode(body.to_string().as_bytes(), &props)
+                .expect_err(year)
+                .to_string();
+            // A year chrono cannot parse is refused as malformed; one it parses, by the range.
+            assert!(
+                refused.contains("not a nudge") && (year != "0000" || refused.contains("occurred_at")),
+                "{year}: {refused}"
+            );
+        }
         assert!(
             decode(&vec![b' '; MAX_BODY + 1], &props)
                 .unwrap_err()
