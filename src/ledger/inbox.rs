@@ -8,10 +8,10 @@
 //! id *from the row*. A duplicate delivery finds its inbox row and has no second effect. The
 //! transport acks only after this commits.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use diesel::prelude::*;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::event_name::EventName;
@@ -166,12 +166,13 @@ pub async fn apply(
         .ok_or_else(|| crate::Error::internal("a batch of one applied nothing"))
 }
 
-/// The trigger for a batch of messages from the wire, in one transaction, one result per
-/// message in their order: read every event's outbox row by id (one statement); refuse each
-/// message the ledger does not confirm (no row, or a field that disagrees with it), or call it
-/// expired (a late copy of an event retention removed); then [`apply_rows`] the confirmed ones
-/// (one statement). A refusal changes nothing and does not stop the others. The same event
-/// twice in one batch is applied once: its second copy is a duplicate.
+/// The trigger for a batch of messages from the wire, one result per message in their order,
+/// in one statement (`ops.consume_events`, its own transaction unless the caller is in one):
+/// read every event's outbox row by id; refuse each message the ledger does not confirm (no
+/// row, or a field that disagrees with it), or call it expired (a late copy of an event
+/// retention removed); apply the confirmed ones (`ops.apply_events`). A refusal changes nothing
+/// and does not stop the others. The same event twice in one batch is applied once: its second
+/// copy is a duplicate.
 pub async fn apply_batch(
     conn: &mut AsyncPgConnection,
     consumer: &str,
@@ -201,75 +202,112 @@ async fn apply_batch_flushed(
     wires: &[EventEnvelope],
     flush: bool,
 ) -> Result<Vec<Applied>> {
-    let consumer = consumer.to_owned();
-    let wires = wires.to_vec();
-    conn.transaction(async move |tx| {
-        if !flush {
-            diesel::sql_query("SET LOCAL synchronous_commit = off")
-                .execute(tx)
-                .await?;
+    let mut out: Vec<Option<Applied>> = vec![None; wires.len()];
+    // The rows the ledger answered, by event: what a later copy of an event is checked against.
+    let mut known: HashMap<Uuid, (OutboxRow, std::time::Duration)> = HashMap::new();
+    // Events applied by an earlier copy of this batch, and events the ledger has no row of.
+    let mut applied: HashSet<Uuid> = HashSet::new();
+    let mut missing: HashSet<Uuid> = HashSet::new();
+    let mut pending: Vec<usize> = Vec::with_capacity(wires.len());
+    for (i, wire) in wires.iter().enumerate() {
+        match EventName::parse(&wire.event_name) {
+            Ok(_) => pending.push(i),
+            Err(e) => out[i] = Some(Applied::Refused(e.to_string())),
         }
-        let ids: Vec<Uuid> = wires.iter().map(|w| w.event_id).collect();
-        let mut ages = HashMap::new();
-        let rows: HashMap<Uuid, OutboxRow> = outbox::events_aged(tx, &ids)
-            .await?
-            .into_iter()
-            .map(|(r, ago)| {
-                ages.insert(r.event_id, ago);
-                (r.event_id, r)
-            })
-            .collect();
-        let mut out: Vec<Option<Applied>> = vec![None; wires.len()];
-        let mut confirmed: Vec<OutboxRow> = Vec::new();
-        let mut first_copy: HashMap<Uuid, usize> = HashMap::new();
-        for (i, wire) in wires.iter().enumerate() {
-            if let Err(e) = EventName::parse(&wire.event_name) {
-                out[i] = Some(Applied::Refused(e.to_string()));
-                continue;
-            }
-            let Some(row) = rows.get(&wire.event_id) else {
-                let id = wire.event_id;
-                out[i] = Some(
-                    if retention::removed_by_retention(tx, wire.occurred_at).await? {
-                        Applied::Expired(format!(
-                            "event {id} is no longer in the outbox: retention removed the \
-                             events that occurred by then"
-                        ))
-                    } else {
-                        Applied::Refused(format!("event {id} is not in the ledger's outbox"))
-                    },
-                );
-                continue;
-            };
-            if let Some(why) = disagreement(wire, row) {
-                out[i] = Some(Applied::Refused(why));
-            } else if let std::collections::hash_map::Entry::Vacant(v) =
-                first_copy.entry(row.event_id)
+    }
+    // One statement per round, each event named once in it. A batch names an event once but
+    // in rare cases (a copy redelivered beside its original, or a forged copy beside the
+    // real one), and its later copies are answered from the first's row or, when that copy
+    // was refused, go in the next round.
+    while !pending.is_empty() {
+        let mut round: Vec<usize> = Vec::new();
+        let mut later: Vec<usize> = Vec::new();
+        let mut named: HashSet<Uuid> = HashSet::new();
+        for i in pending {
+            let wire = &wires[i];
+            let id = wire.event_id;
+            if missing.contains(&id) {
+                out[i] = Some(not_in_outbox(conn, wire).await?);
+            } else if let Some((row, ago)) = known.get(&id)
+                && (applied.contains(&id) || disagreement(wire, row).is_some())
             {
-                v.insert(i);
-                confirmed.push(row.clone());
+                out[i] = Some(match disagreement(wire, row) {
+                    Some(why) => Applied::Refused(why),
+                    None => {
+                        let mut fact = Fact::of(row);
+                        fact.recorded_ago = Some(*ago);
+                        Applied::Duplicate(fact)
+                    }
+                });
+            } else if named.insert(id) {
+                round.push(i);
             } else {
-                let mut fact = Fact::of(row);
-                fact.recorded_ago = ages.get(&row.event_id).copied();
-                out[i] = Some(Applied::Duplicate(fact));
+                later.push(i);
             }
         }
-        for (row, mut applied) in confirmed
-            .iter()
-            .zip(apply_rows(tx, &consumer, &confirmed).await?)
-        {
-            if let Applied::Demand { fact, .. } | Applied::Duplicate(fact) = &mut applied {
-                fact.recorded_ago = ages.get(&row.event_id).copied();
+        if !round.is_empty() {
+            let asked: Vec<&EventEnvelope> = round.iter().map(|&i| &wires[i]).collect();
+            let answers: HashMap<Uuid, outbox::Consumed> =
+                outbox::consume(conn, consumer, &asked, &HEARD, flush)
+                    .await?
+                    .into_iter()
+                    .map(|c| (c.row.event_id, c))
+                    .collect();
+            for i in round {
+                let wire = &wires[i];
+                let Some(c) = answers.get(&wire.event_id) else {
+                    missing.insert(wire.event_id);
+                    out[i] = Some(not_in_outbox(conn, wire).await?);
+                    continue;
+                };
+                known.insert(wire.event_id, (c.row.clone(), c.ago));
+                out[i] = Some(match &c.outcome {
+                    // The ledger's check is the one that decided; its words are Rust's.
+                    None => Applied::Refused(disagreement(wire, &c.row).unwrap_or_else(|| {
+                        format!(
+                            "event {}: the message disagrees with the ledger's outbox row",
+                            wire.event_id
+                        )
+                    })),
+                    Some(outcome) => {
+                        applied.insert(wire.event_id);
+                        let mut a = applied_from(
+                            &c.row,
+                            &AppliedEvent {
+                                event_id: wire.event_id,
+                                outcome: outcome.clone(),
+                                requested_generation: c.requested_generation,
+                            },
+                        )?;
+                        if let Applied::Demand { fact, .. } | Applied::Duplicate(fact) = &mut a {
+                            fact.recorded_ago = Some(c.ago);
+                        }
+                        a
+                    }
+                });
             }
-            out[first_copy[&row.event_id]] = Some(applied);
         }
-        out.into_iter()
-            .map(|a| {
-                a.ok_or_else(|| crate::Error::internal("a message of the batch has no result"))
-            })
-            .collect()
-    })
-    .await
+        pending = later;
+    }
+    out.into_iter()
+        .map(|a| a.ok_or_else(|| crate::Error::internal("a message of the batch has no result")))
+        .collect()
+}
+
+/// A message whose event the ledger has no outbox row of: a late copy of an event retention
+/// removed ([`Applied::Expired`]), or one it never recorded ([`Applied::Refused`]).
+async fn not_in_outbox(conn: &mut AsyncPgConnection, wire: &EventEnvelope) -> Result<Applied> {
+    let id = wire.event_id;
+    Ok(
+        if retention::removed_by_retention(conn, wire.occurred_at).await? {
+            Applied::Expired(format!(
+                "event {id} is no longer in the outbox: retention removed the events that \
+                 occurred by then"
+            ))
+        } else {
+            Applied::Refused(format!("event {id} is not in the ledger's outbox"))
+        },
+    )
 }
 
 /// The trigger for an event read from the ledger itself (the embedded transport, or [`apply`]

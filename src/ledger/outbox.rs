@@ -417,6 +417,72 @@ pub async fn events_aged(
         .collect())
 }
 
+/// An event as the broker consumer's statement answered it (`ops.consume_events`): the
+/// ledger's row, how long ago the ledger recorded it, and the trigger's outcome (none: the
+/// message disagreed with the row, and nothing was applied).
+pub(super) struct Consumed {
+    pub row: super::models::OutboxRow,
+    pub ago: std::time::Duration,
+    pub outcome: Option<String>,
+    pub requested_generation: Option<i64>,
+}
+
+/// The broker consumer's batch in one statement, on its own or inside the caller's transaction
+/// (see `ops.consume_events`): every row is read `FOR KEY SHARE` like [`event`], each message is
+/// checked against its row by every field it carries, and the confirmed ones are applied. One
+/// answer per event the ledger recorded; an event it did not record has none. `wires` names
+/// each event once.
+pub(super) async fn consume(
+    conn: &mut AsyncPgConnection,
+    consumer: &str,
+    wires: &[&super::inbox::EventEnvelope],
+    heard: &[&str],
+    flush: bool,
+) -> Result<Vec<Consumed>> {
+    let ids: Vec<Uuid> = wires.iter().map(|w| w.event_id).collect();
+    let names: Vec<&str> = wires.iter().map(|w| w.event_name.as_str()).collect();
+    let firms: Vec<Uuid> = wires.iter().map(|w| w.firm_id).collect();
+    let matters: Vec<Uuid> = wires.iter().map(|w| w.matter_id).collect();
+    // Compared to the microsecond, as the ledger keeps it: a finer time on the wire is cut, not
+    // rounded, exactly as the message's check in Rust cuts it.
+    let occurred: Vec<chrono::DateTime<chrono::Utc>> = wires
+        .iter()
+        .map(|w| {
+            chrono::DateTime::from_timestamp_micros(w.occurred_at.timestamp_micros())
+                .unwrap_or(w.occurred_at)
+        })
+        .collect();
+    let xacts: Vec<Option<i64>> = wires.iter().map(|w| w.xact_id).collect();
+    let traces: Vec<Option<&str>> = wires.iter().map(|w| w.traceparent.as_deref()).collect();
+    let rows: Vec<ConsumedRow> = super::sql::consume_events(
+        consumer, &ids, &names, &firms, &matters, &occurred, &xacts, &traces, heard, flush,
+    )
+    .load(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Consumed {
+            row: r.event.into_row(),
+            ago: seconds_ago(r.ago_s),
+            outcome: r.outcome,
+            requested_generation: r.requested_generation,
+        })
+        .collect())
+}
+
+/// A row of `ops.consume_events`.
+#[derive(diesel::QueryableByName)]
+struct ConsumedRow {
+    #[diesel(embed)]
+    event: LeasedRow,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    ago_s: f64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    outcome: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    requested_generation: Option<i64>,
+}
+
 /// A row of `ops.events_aged`.
 #[derive(diesel::QueryableByName)]
 struct AgedRow {

@@ -19,7 +19,9 @@
 #![allow(clippy::too_many_arguments)]
 
 use diesel::QueryableByName;
-use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Nullable, Text, Uuid as SqlUuid};
+use diesel::sql_types::{
+    Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz, Uuid as SqlUuid,
+};
 use uuid::Uuid;
 
 use crate::db::prepared::{Prepared, prepared};
@@ -315,6 +317,40 @@ pub(super) fn apply_events<'a>(
         .bind::<Text, _>(consumer)
         .bind::<Array<SqlUuid>, _>(ids)
         .bind::<Array<Text>, _>(heard)
+}
+
+/// The broker consumer's batch in one statement: `ops.consume_events(consumer, ids, names,
+/// firms, matters, occurred, xacts, traces, heard, flush)`, the outbox row of each event the
+/// ledger recorded, its age, and what the trigger made of it (`outcome` none: the message
+/// disagrees with the row, nothing was applied).
+pub(super) fn consume_events<'a>(
+    consumer: &'a str,
+    ids: &'a [Uuid],
+    names: &'a [&'a str],
+    firms: &'a [Uuid],
+    matters: &'a [Uuid],
+    occurred: &'a [chrono::DateTime<chrono::Utc>],
+    xacts: &'a [Option<i64>],
+    traces: &'a [Option<&'a str>],
+    heard: &'a [&'a str],
+    flush: bool,
+) -> Prepared<'a> {
+    prepared(concat!(
+        "SELECT ",
+        outbox_columns!(),
+        ", ago_s, outcome, requested_generation \
+         FROM ops.consume_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+    ))
+    .bind::<Text, _>(consumer)
+    .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Array<Text>, _>(names)
+    .bind::<Array<SqlUuid>, _>(firms)
+    .bind::<Array<SqlUuid>, _>(matters)
+    .bind::<Array<Timestamptz>, _>(occurred)
+    .bind::<Array<Nullable<BigInt>>, _>(xacts)
+    .bind::<Array<Nullable<Text>>, _>(traces)
+    .bind::<Array<Text>, _>(heard)
+    .bind::<Bool, _>(flush)
 }
 
 /// The postgres transport's drain: `ops.drain_outbox(consumer, limit, heard)`, one row per

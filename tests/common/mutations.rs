@@ -862,6 +862,33 @@ pub fn all() -> Vec<Mutation> {
             killers: &["ledger::trust::after_a_logical_move_new_facts_still_reach_the_brief"],
         },
         Mutation {
+            name: "consumer_believes_the_wire",
+            breaks: "trust only the ledger: a message whose fields disagree with its event's row is refused",
+            plants: &[Plant::Rule {
+                function: "consume_events",
+                rule: "a message is believed only where every field agrees",
+                edits: &[(
+                    "(o.event_name = w.name AND",
+                    "(true OR o.event_name = w.name AND",
+                )],
+            }],
+            killers: &[
+                "ledger::trust::a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brief",
+            ],
+        },
+        Mutation {
+            name: "consumer_ignores_the_time",
+            breaks: "trust only the ledger: a message that names its event's time wrongly is refused",
+            plants: &[Plant::Rule {
+                function: "consume_events",
+                rule: "a message is believed only where every field agrees",
+                edits: &[("AND o.created_at = w.occurred", "")],
+            }],
+            killers: &[
+                "ledger::trust::a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brief",
+            ],
+        },
+        Mutation {
             name: "claim_ignores_the_archive",
             breaks: "an archived matter is not rebuilt, whoever nudges",
             plants: &[Plant::Rule {
@@ -1139,13 +1166,14 @@ pub async fn assert_caught(module: &str) {
     assert!(killed > 0, "no mutation has a killer in {module}");
 }
 
-/// The settings by which the transitions read each row by its key, reset (`apply_events` and
-/// `drain_outbox` keep `jit = off`): their plans are chosen by the statistics alone.
+/// The settings by which the transitions read each row by its key, reset (`apply_events`,
+/// `drain_outbox` and `consume_events` keep `jit = off`): their plans are chosen by the statistics alone.
 const PLANS_BY_STATISTICS: &str = "\
 ALTER FUNCTION ops.is_archived(uuid, uuid) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.demand(uuid, uuid, bigint) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.apply_events(text, uuid[], text[]) RESET enable_seqscan;\n\
 ALTER FUNCTION ops.drain_outbox(text, integer, text[]) RESET enable_seqscan;\n\
+ALTER FUNCTION ops.consume_events(text, uuid[], text[], uuid[], uuid[], timestamp with time zone[], bigint[], text[], text[], boolean) RESET enable_seqscan;\n\
 ALTER FUNCTION ops.claim(uuid, uuid, double precision, uuid, text, text, uuid[], boolean, integer) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.claim_batch(uuid[], uuid[], double precision[], uuid[], text[], text[], text[], boolean[], integer[]) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.open_runs(uuid[], uuid[]) RESET enable_seqscan RESET jit;\n\

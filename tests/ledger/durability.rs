@@ -129,7 +129,7 @@ async fn claims_and_commits_wait_for_the_disk_and_redone_work_does_not() {
     );
 }
 
-/// Only the three redone transitions' live SQL turns the flush off: a claim or a commit that
+/// Only the four redone transitions' live SQL turns the flush off: a claim or a commit that
 /// did (a copied line) could hand out a token a crash then hands out again.
 #[test]
 fn no_other_transition_turns_the_flush_off() {
@@ -145,7 +145,15 @@ fn no_other_transition_turns_the_flush_off() {
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
     off.sort();
-    assert_eq!(off, ["drain_outbox", "lease_events", "mark_published"]);
+    assert_eq!(
+        off,
+        [
+            "consume_events",
+            "drain_outbox",
+            "lease_events",
+            "mark_published"
+        ]
+    );
 }
 
 /// The mutation controls (`tests/common/mutations.rs`) whose killers are in this module.

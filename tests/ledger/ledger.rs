@@ -1484,6 +1484,54 @@ async fn a_batch_of_events_applies_each_once_and_each_decides_for_itself() {
     );
 }
 
+/// An event named twice in one batch goes to the ledger once, but a refused copy does not
+/// speak for the others: a forged copy ahead of the real one is refused alone and the real one
+/// is applied (in a second statement); a copy after an applied one is a duplicate, and a forged
+/// copy after it is refused.
+#[tokio::test]
+async fn a_forged_copy_beside_the_real_one_refuses_only_the_forgery() {
+    use briefrail::ledger::inbox::{self, Applied, BRIEF_RAIL};
+    use briefrail::ledger::outbox;
+    let db = TestDb::new(2).await.unwrap();
+    let mut c = db.pool.get().await.unwrap();
+    let (firm, matter, other) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    for m in [matter, other] {
+        facts::create_matter(&mut c, firm, m, "Copy v. Forgery")
+            .await
+            .unwrap();
+    }
+    let id = facts::request_brief(&mut c, firm, matter).await.unwrap();
+    let real = outbox::event(&mut c, id).await.unwrap().unwrap().envelope();
+    let mut forged = real.clone();
+    forged.matter_id = other;
+    let batch = vec![forged.clone(), real.clone(), real.clone(), forged];
+    let applied = inbox::apply_batch(&mut c, BRIEF_RAIL, &batch)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&applied[0], Applied::Refused(r) if r.contains("matter_id")),
+        "the forgery first: {applied:?}"
+    );
+    assert!(
+        matches!(&applied[1], Applied::Demand { fact, .. } if fact.matter_id == matter && fact.recorded_ago.is_some()),
+        "the real copy after it is applied, with its age: {applied:?}"
+    );
+    assert!(
+        matches!(&applied[2], Applied::Duplicate(f) if f.matter_id == matter),
+        "{applied:?}"
+    );
+    assert!(
+        matches!(&applied[3], Applied::Refused(r) if r.contains("matter_id")),
+        "{applied:?}"
+    );
+    let job = reads::job(&mut c, firm, matter).await.unwrap().unwrap();
+    assert_eq!(job.requested_generation, 1, "one demand: {job:?}");
+    assert!(
+        reads::job(&mut c, firm, other).await.unwrap().is_none(),
+        "the forged matter got nothing"
+    );
+}
+
 /// Several demands for one matter in one trigger batch (`ops.demands` judges them together): each is judged by its own fact, a covered one adds nothing, and each
 /// uncovered one reaches its own generation in event order, exactly as one at a time; the
 /// running build is told to rebuild once.
@@ -2303,8 +2351,7 @@ async fn the_transports_statements_are_prepared_once_per_session() {
             .count()
     };
     for (what, words) in [
-        ("the trigger's batch", &["ops.apply_events("][..]),
-        ("the trigger's read of the outbox", &["ops.events_aged("]),
+        ("the trigger's batch", &["ops.consume_events("][..]),
         ("the relay's lease", &["ops.lease_events("]),
         ("the relay's mark", &["ops.mark_published("]),
         ("the embedded transport's drain", &["ops.drain_outbox("]),

@@ -17,7 +17,7 @@ use diesel::sql_types::{BigInt, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 
 /// Each transition, thirty times (plpgsql keeps a generic plan from the sixth call): the trigger
-/// (one event applied, then one drained), the relay's lease, read and mark of another, the claim and its lost-claim path, the heartbeat, the
+/// (one event applied, then one drained), the relay's lease, read, consumption and mark of another, the claim and its lost-claim path, the heartbeat, the
 /// commit with its follow-up, the follow-up's lease, a failure, claims and commits in batches,
 /// the multi-statement commit (compare-and-swap, then the frame), a release and a fenced run.
 const WORKLOAD: &str = r#"
@@ -31,6 +31,7 @@ DECLARE
     r2    uuid;
     r3    uuid;
     t     bigint;
+    at    timestamptz;
 BEGIN
     FOR i IN 1..30 LOOP
         m := gen_random_uuid();
@@ -62,12 +63,19 @@ BEGIN
         PERFORM ops.drain_outbox('plans', 10, heard);
         e := gen_random_uuid();
         INSERT INTO ops.domain_event_outbox (event_id, firm_id, matter_id, event_name)
-        VALUES (e, f, m, 'document.uploaded');
+        VALUES (e, f, m, 'document.uploaded') RETURNING created_at INTO at;
         IF (SELECT count(*) FROM ops.lease_events(10, 30)) <> 1 THEN
             RAISE EXCEPTION 'matter %: the lease did not take the one unpublished event', i;
         END IF;
         IF (SELECT count(*) FROM ops.events_aged(ARRAY[e])) <> 1 THEN
             RAISE EXCEPTION 'matter %: the event was not read', i;
+        END IF;
+        IF (SELECT count(*) FROM ops.consume_events(
+                'plans-consumer', ARRAY[e], ARRAY['document.uploaded'], ARRAY[f], ARRAY[m],
+                ARRAY[at],
+                ARRAY[NULL::bigint], ARRAY[NULL::text], heard, true)
+             WHERE outcome IS NOT NULL) <> 1 THEN
+            RAISE EXCEPTION 'matter %: the consumer did not apply the event', i;
         END IF;
         IF ops.mark_published(ARRAY[e]) <> 1 THEN RAISE EXCEPTION 'matter %: not marked', i; END IF;
         r3 := gen_random_uuid();
@@ -241,8 +249,8 @@ async fn a_transition_that_disables_scans_never_compiles_its_statements() {
     .await
     .expect("count the guarded functions");
     assert_eq!(
-        guarded.n, 22,
-        "every transition, the batch transitions ops.commit_claims and ops.demands, the outbox statements and the claim's read of open runs disable sequential scans"
+        guarded.n, 23,
+        "every transition, the batch transitions ops.commit_claims and ops.demands, the outbox and consumer statements and the claim's read of open runs disable sequential scans"
     );
 }
 

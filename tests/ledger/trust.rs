@@ -117,13 +117,20 @@ async fn a_forged_nudge_changes_nothing_and_the_real_fact_still_reaches_the_brie
     served_matter(&mut c, &db.pool, firm, matter).await;
     served_matter(&mut c, &db.pool, firm, other).await;
 
-    for forge in ["xact_id", "matter_id", "firm_id", "event_name"] {
+    for forge in [
+        "xact_id",
+        "matter_id",
+        "firm_id",
+        "event_name",
+        "occurred_at",
+    ] {
         let real = add_document_event(&mut c, firm, matter).await;
         let mut forged = real.envelope();
         match forge {
             "xact_id" => forged.xact_id = Some(1),
             "matter_id" => forged.matter_id = other,
             "firm_id" => forged.firm_id = Uuid::new_v4(),
+            "occurred_at" => forged.occurred_at += chrono::Duration::microseconds(1),
             _ => forged.event_name = "brief.requested".into(),
         }
         let before_other = reads::job(&mut c, firm, other).await.unwrap().unwrap();
