@@ -271,14 +271,7 @@ async fn apply_batch_flushed(
                     })),
                     Some(outcome) => {
                         applied.insert(wire.event_id);
-                        let mut a = applied_from(
-                            &c.row,
-                            &AppliedEvent {
-                                event_id: wire.event_id,
-                                outcome: outcome.clone(),
-                                requested_generation: c.requested_generation,
-                            },
-                        )?;
+                        let mut a = applied_from(&c.row, outcome, c.requested_generation)?;
                         if let Applied::Demand { fact, .. } | Applied::Duplicate(fact) = &mut a {
                             fact.recorded_ago = Some(c.ago);
                         }
@@ -324,6 +317,7 @@ pub async fn apply_row(
 }
 
 /// One row of `ops.apply_events`.
+#[cfg(feature = "testing")]
 #[derive(QueryableByName)]
 struct AppliedEvent {
     #[diesel(sql_type = diesel::sql_types::Uuid)]
@@ -334,6 +328,7 @@ struct AppliedEvent {
     requested_generation: Option<i64>,
 }
 
+#[cfg(feature = "testing")]
 /// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`,
 /// `src/ledger/live/apply_events.sql`): for each, the inbox row
 /// `(consumer, event_id)`, the gates, the demand (all of a batch's demands judged and written
@@ -359,7 +354,7 @@ pub async fn apply_rows(
             let a = applied.get(&row.event_id).ok_or_else(|| {
                 crate::Error::internal(format!("event {} vanished from the outbox", row.event_id))
             })?;
-            applied_from(row, a)
+            applied_from(row, &a.outcome, a.requested_generation)
         })
         .collect()
 }
@@ -405,8 +400,12 @@ pub async fn drain_outbox(
 }
 
 /// What `ops.apply_events` said of `row`, in words an operator reads.
-fn applied_from(row: &OutboxRow, a: &AppliedEvent) -> Result<Applied> {
-    Ok(match (a.outcome.as_str(), a.requested_generation) {
+fn applied_from(
+    row: &OutboxRow,
+    outcome: &str,
+    requested_generation: Option<i64>,
+) -> Result<Applied> {
+    Ok(match (outcome, requested_generation) {
         ("duplicate", _) => Applied::Duplicate(Fact::of(row)),
         ("not_heard", _) => Applied::NotHeard(format!(
             "the brief rail does not hear {:?} (it hears {})",

@@ -403,6 +403,7 @@ pub async fn events(
         .collect())
 }
 
+#[cfg(feature = "testing")]
 /// [`events`], each with how long ago the ledger recorded it: `ops.events_aged`, `ops.now()`
 /// less its `created_at`, both the ledger clock, in the same statement (never a process clock).
 /// Each row is locked `FOR KEY SHARE` until the caller's transaction ends.
@@ -483,6 +484,7 @@ struct ConsumedRow {
     requested_generation: Option<i64>,
 }
 
+#[cfg(feature = "testing")]
 /// A row of `ops.events_aged`.
 #[derive(diesel::QueryableByName)]
 struct AgedRow {
