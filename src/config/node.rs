@@ -33,13 +33,13 @@ impl NodeSettings {
     /// `id` has no control characters (it is written in every run and log line) and is at
     /// most [`MAX_ID_LEN`] bytes.
     pub(super) fn validate_id(&self) -> Result<(), ConfigError> {
-        if self.id.trim().len() > MAX_ID_LEN {
+        let len = self.id.trim().len();
+        if len > MAX_ID_LEN {
             return Err(ConfigError::new(
                 "node.id",
                 format!(
-                    "is {} bytes, longer than {MAX_ID_LEN}: it names the node's consumer on the \
-                     broker, an AMQP short string of at most 255 bytes",
-                    self.id.trim().len()
+                    "is {len} bytes, longer than {MAX_ID_LEN}: it names the node's consumer on \
+                     the broker, an AMQP short string of at most 255 bytes"
                 ),
             ));
         }

@@ -226,19 +226,24 @@ async fn apply_batch_flushed(
         for i in pending {
             let wire = &wires[i];
             let id = wire.event_id;
-            if missing.contains(&id) {
-                out[i] = Some(not_in_outbox(conn, wire).await?);
-            } else if let Some((row, ago)) = known.get(&id)
-                && (applied.contains(&id) || disagreement(wire, row).is_some())
-            {
-                out[i] = Some(match disagreement(wire, row) {
-                    Some(why) => Applied::Refused(why),
-                    None => {
+            // A copy of an event already answered: refused if it disagrees with the row, a
+            // duplicate if an earlier copy was applied, otherwise sent (its earlier copy was
+            // refused).
+            let settled = known
+                .get(&id)
+                .and_then(|(row, ago)| match disagreement(wire, row) {
+                    Some(why) => Some(Applied::Refused(why)),
+                    None if applied.contains(&id) => {
                         let mut fact = Fact::of(row);
                         fact.recorded_ago = Some(*ago);
-                        Applied::Duplicate(fact)
+                        Some(Applied::Duplicate(fact))
                     }
+                    None => None,
                 });
+            if missing.contains(&id) {
+                out[i] = Some(not_in_outbox(conn, wire).await?);
+            } else if let Some(answer) = settled {
+                out[i] = Some(answer);
             } else if named.insert(id) {
                 round.push(i);
             } else {
@@ -328,12 +333,12 @@ struct AppliedEvent {
     requested_generation: Option<i64>,
 }
 
-#[cfg(feature = "testing")]
 /// The trigger for events of the ledger's outbox, in one statement (`ops.apply_events`,
 /// `src/ledger/live/apply_events.sql`): for each, the inbox row
 /// `(consumer, event_id)`, the gates, the demand (all of a batch's demands judged and written
 /// together by `ops.demands`). One result per row, in their order. Call
 /// inside a transaction (the demands' row locks are held until it commits).
+#[cfg(feature = "testing")]
 pub async fn apply_rows(
     tx: &mut AsyncPgConnection,
     consumer: &str,

@@ -403,10 +403,10 @@ pub async fn events(
         .collect())
 }
 
-#[cfg(feature = "testing")]
 /// [`events`], each with how long ago the ledger recorded it: `ops.events_aged`, `ops.now()`
 /// less its `created_at`, both the ledger clock, in the same statement (never a process clock).
 /// Each row is locked `FOR KEY SHARE` until the caller's transaction ends.
+#[cfg(feature = "testing")]
 pub async fn events_aged(
     conn: &mut AsyncPgConnection,
     event_ids: &[Uuid],
@@ -484,8 +484,8 @@ struct ConsumedRow {
     requested_generation: Option<i64>,
 }
 
-#[cfg(feature = "testing")]
 /// A row of `ops.events_aged`.
+#[cfg(feature = "testing")]
 #[derive(diesel::QueryableByName)]
 struct AgedRow {
     #[diesel(embed)]

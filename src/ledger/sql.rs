@@ -306,9 +306,9 @@ macro_rules! outbox_columns {
     };
 }
 
-#[cfg(feature = "testing")]
 /// The broker's consumer applies events it received: `ops.apply_events(consumer, ids, heard)`,
 /// rows `(event_id, outcome, requested_generation)`.
+#[cfg(feature = "testing")]
 pub(super) fn apply_events<'a>(
     consumer: &'a str,
     ids: &'a [Uuid],
@@ -387,8 +387,8 @@ pub(super) fn mark_published<'a>(event_ids: &'a [Uuid]) -> Prepared<'a> {
     prepared("SELECT ops.mark_published($1)::int8 AS number").bind::<Array<SqlUuid>, _>(event_ids)
 }
 
-#[cfg(feature = "testing")]
 /// Events with how long ago they were recorded: `ops.events_aged(ids)`, outbox rows and `ago_s`.
+#[cfg(feature = "testing")]
 pub(super) fn events_aged<'a>(event_ids: &'a [Uuid]) -> Prepared<'a> {
     prepared(concat!(
         "SELECT ",
