@@ -1,15 +1,17 @@
 //! Recording facts about the record: each function writes the fact and its outbox event in one
-//! transaction, so the bus can never hear of a fact that did not commit, and no committed fact
-//! goes unannounced.
+//! transaction (the common facts in one statement), so the bus can never hear of a fact that did
+//! not commit, and no committed fact goes unannounced.
 
 use chrono::NaiveDate;
 use diesel::prelude::*;
+use diesel::sql_types::{Bool, Date, Nullable, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::event_name::EventName;
 use super::models::MatterRow;
-use super::outbox::{NewEvent, record_event};
+use super::outbox::{self, NewEvent, record_event};
+use crate::db::prepared::prepared;
 use crate::error::{Error, Result};
 use crate::nudge::DemandClass;
 use crate::schema::record;
@@ -41,6 +43,45 @@ fn non_empty(what: &str, s: &str) -> Result<()> {
     }
 }
 
+/// What a one-statement fact found and did. Counsel's wait for the Brief starts when the fact's
+/// transaction does (the event's `created_at`), so the common facts are one statement each: a
+/// caller outside a transaction pays one round trip and the commit, and nothing between them.
+/// The statement is atomic on its own, and inside the caller's transaction it commits with it.
+#[derive(QueryableByName)]
+struct Recorded {
+    /// Whether the matter is live: `None` when the firm has no such matter.
+    #[diesel(sql_type = Nullable<Bool>)]
+    live: Option<bool>,
+    /// Whether the fact and its event were written.
+    #[diesel(sql_type = Bool)]
+    recorded: bool,
+}
+
+impl Recorded {
+    /// The event's id, or the refusal [`live_matter`] gives for a fact about a matter that is
+    /// missing or archived.
+    fn about_a_live_matter(&self, event: &NewEvent) -> Result<Uuid> {
+        let (firm_id, matter_id) = (event.firm_id, event.matter_id);
+        match self.live {
+            None => Err(Error::NotFound(format!(
+                "matter {matter_id} of firm {firm_id}"
+            ))),
+            Some(false) => Err(Error::Conflict(format!("matter {matter_id} is archived"))),
+            Some(true) if self.recorded => Ok(announced(event)),
+            Some(true) => Err(Error::internal(format!(
+                "the fact about matter {matter_id} of firm {firm_id} was not recorded"
+            ))),
+        }
+    }
+}
+
+/// Logs the line [`record_event`] logs, for a fact recorded by one statement; its event id.
+fn announced(event: &NewEvent) -> Uuid {
+    tracing::debug!(event_id = %event.event_id, firm_id = %event.firm_id, matter_id = %event.matter_id,
+                    event_name = %event.event_name, "outbox event recorded");
+    event.event_id
+}
+
 /// Creates a matter (`matter.created`). Refuses a matter id the firm already has.
 pub async fn create_matter(
     conn: &mut AsyncPgConnection,
@@ -62,27 +103,37 @@ pub async fn create_matter_as(
 ) -> Result<Uuid> {
     non_empty("title", title)?;
     let event = NewEvent::new(firm_id, matter_id, EventName::MATTER_CREATED)?.class(class);
-    let title = title.trim().to_owned();
-    conn.transaction(async move |tx| {
-        use record::matters::dsl as m;
-        let inserted = diesel::insert_into(m::matters)
-            .values((
-                m::firm_id.eq(firm_id),
-                m::matter_id.eq(matter_id),
-                m::title.eq(&title),
-            ))
-            .on_conflict_do_nothing()
-            .execute(tx)
-            .await?;
-        if inserted == 0 {
-            return Err(Error::InvalidInput(format!(
-                "matter {matter_id} already exists for firm {firm_id}"
-            )));
-        }
-        record_event(tx, &event).await
-    })
-    .await
+    let done: Recorded = outbox::bind_event(
+        prepared(CREATE_MATTER)
+            .bind::<SqlUuid, _>(firm_id)
+            .bind::<SqlUuid, _>(matter_id)
+            .bind::<Text, _>(title.trim().to_owned()),
+        &event,
+    )
+    .get_result(conn)
+    .await?;
+    if !done.recorded {
+        return Err(Error::InvalidInput(format!(
+            "matter {matter_id} already exists for firm {firm_id}"
+        )));
+    }
+    Ok(announced(&event))
 }
+
+/// [`create_matter`] in one statement: the matter, unless the firm has it already, and its
+/// event. `$1` firm, `$2` matter, `$3` title, then the event ([`outbox::bind_event`]).
+const CREATE_MATTER: &str = "\
+WITH matter AS (
+    INSERT INTO record.matters (firm_id, matter_id, title) VALUES ($1, $2, $3)
+    ON CONFLICT DO NOTHING
+    RETURNING true AS live
+), event AS (
+    INSERT INTO ops.domain_event_outbox
+           (firm_id, matter_id, event_id, event_name, payload, traceparent, demand_class)
+    SELECT $1, $2, $4, $5, $6, $7, $8 FROM matter
+    RETURNING true
+)
+SELECT (SELECT m.live FROM matter m) AS live, EXISTS (SELECT 1 FROM event) AS recorded";
 
 /// Adds a document to a live matter (`document.uploaded`): an interactive demand.
 pub async fn add_document(conn: &mut AsyncPgConnection, doc: NewDocument) -> Result<Uuid> {
@@ -106,24 +157,53 @@ pub async fn add_document_as(
     let event = NewEvent::new(doc.firm_id, doc.matter_id, EventName::DOCUMENT_UPLOADED)?
         .payload(serde_json::json!({ "document_id": doc.document_id }))
         .class(class);
-    conn.transaction(async move |tx| {
-        live_matter(tx, doc.firm_id, doc.matter_id).await?;
-        use record::documents::dsl as d;
-        diesel::insert_into(d::documents)
-            .values((
-                d::document_id.eq(doc.document_id),
-                d::firm_id.eq(doc.firm_id),
-                d::matter_id.eq(doc.matter_id),
-                d::title.eq(doc.title.trim()),
-                d::dated.eq(doc.dated),
-                d::body.eq(&doc.body),
-            ))
-            .execute(tx)
-            .await?;
-        record_event(tx, &event).await
-    })
-    .await
+    let done: Recorded = outbox::bind_event(
+        prepared(ADD_DOCUMENT)
+            .bind::<SqlUuid, _>(doc.firm_id)
+            .bind::<SqlUuid, _>(doc.matter_id)
+            .bind::<SqlUuid, _>(doc.document_id)
+            .bind::<Text, _>(doc.title.trim().to_owned())
+            .bind::<Nullable<Date>, _>(doc.dated)
+            .bind::<Text, _>(doc.body),
+        &event,
+    )
+    .get_result(conn)
+    .await?;
+    done.about_a_live_matter(&event)
 }
+
+/// The first part of a one-statement fact about a matter that must be live: `matter`, one row
+/// (`live`) if the firm has it, locked against a concurrent archive until the fact commits.
+/// `$1` firm, `$2` matter.
+macro_rules! the_live_matter {
+    () => {
+        "WITH matter AS (
+    SELECT m.archived_at IS NULL AS live
+      FROM record.matters m
+     WHERE m.firm_id = $1 AND m.matter_id = $2
+       FOR SHARE
+), "
+    };
+}
+
+/// [`add_document`] in one statement: the matter, locked against a concurrent archive; the
+/// document, if the matter is live; its event, if the document was written. `$1` firm, `$2`
+/// matter, `$3` document, `$4` title, `$5` date, `$6` text, then the event
+/// ([`outbox::bind_event`]).
+const ADD_DOCUMENT: &str = concat!(
+    the_live_matter!(),
+    "document AS (
+    INSERT INTO record.documents (firm_id, matter_id, document_id, title, dated, body)
+    SELECT $1, $2, $3, $4, $5, $6 FROM matter WHERE matter.live
+    RETURNING true
+), event AS (
+    INSERT INTO ops.domain_event_outbox
+           (firm_id, matter_id, event_id, event_name, payload, traceparent, demand_class)
+    SELECT $1, $2, $7, $8, $9, $10, $11 FROM document
+    RETURNING true
+)
+SELECT (SELECT m.live FROM matter m) AS live, EXISTS (SELECT 1 FROM event) AS recorded"
+);
 
 /// Asks for a fresh Brief of a live matter (`brief.requested`): the Regenerate button, an
 /// interactive demand.
@@ -143,12 +223,29 @@ pub async fn request_brief_as(
     class: DemandClass,
 ) -> Result<Uuid> {
     let event = NewEvent::new(firm_id, matter_id, EventName::BRIEF_REQUESTED)?.class(class);
-    conn.transaction(async move |tx| {
-        live_matter(tx, firm_id, matter_id).await?;
-        record_event(tx, &event).await
-    })
-    .await
+    let done: Recorded = outbox::bind_event(
+        prepared(REQUEST_BRIEF)
+            .bind::<SqlUuid, _>(firm_id)
+            .bind::<SqlUuid, _>(matter_id),
+        &event,
+    )
+    .get_result(conn)
+    .await?;
+    done.about_a_live_matter(&event)
 }
+
+/// [`request_brief`] in one statement: the matter, locked against a concurrent archive, and
+/// the event if it is live. `$1` firm, `$2` matter, then the event ([`outbox::bind_event`]).
+const REQUEST_BRIEF: &str = concat!(
+    the_live_matter!(),
+    "event AS (
+    INSERT INTO ops.domain_event_outbox
+           (firm_id, matter_id, event_id, event_name, payload, traceparent, demand_class)
+    SELECT $1, $2, $3, $4, $5, $6, $7 FROM matter WHERE matter.live
+    RETURNING true
+)
+SELECT (SELECT m.live FROM matter m) AS live, EXISTS (SELECT 1 FROM event) AS recorded"
+);
 
 /// Asks for a fresh Brief of every live matter of a firm (after a builder upgrade, or a
 /// restore): background demands, so they never hold up counsel's uploads. Returns the event

@@ -12,6 +12,7 @@ use uuid::Uuid;
 #[cfg(feature = "testing")]
 use super::clock::ledger_now;
 use super::event_name::EventName;
+use crate::db::prepared::Prepared;
 use crate::error::Result;
 use crate::nudge::DemandClass;
 use crate::schema::ops;
@@ -115,6 +116,18 @@ pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Res
     tracing::debug!(event_id = %event.event_id, firm_id = %event.firm_id, matter_id = %event.matter_id,
                     event_name = %event.event_name, "outbox event recorded");
     Ok(event.event_id)
+}
+
+/// Binds an event's own columns as the next five parameters of a one-statement fact
+/// ([`super::facts`]): its id, name, payload, trace context and class, in that order (the
+/// statement names the firm and matter once, for the fact and its event).
+pub(super) fn bind_event<'a>(q: Prepared<'a>, event: &NewEvent) -> Prepared<'a> {
+    use diesel::sql_types::{Jsonb, Nullable, Text, Uuid as SqlUuid};
+    q.bind::<SqlUuid, _>(event.event_id)
+        .bind::<Text, _>(event.event_name.as_str().to_owned())
+        .bind::<Jsonb, _>(event.payload.clone())
+        .bind::<Nullable<Text>, _>(event.traceparent.map(|t| t.to_string()))
+        .bind::<Text, _>(event.class.as_str())
 }
 
 /// Inserts many event rows in one statement (a bulk operator action: one round trip however

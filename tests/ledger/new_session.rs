@@ -84,6 +84,147 @@ async fn a_fact_on_a_new_session_runs_no_plpgsql() {
     }
 }
 
+/// The statements a connection sends, as its instrumentation sees them (BEGIN and COMMIT
+/// included).
+fn statements_of(c: &mut AsyncPgConnection) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use diesel::connection::InstrumentationEvent;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let count = move |event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::StartQuery { query, .. } = event {
+            log.lock().unwrap().push(query.to_string());
+        }
+    };
+    c.set_instrumentation(count);
+    seen
+}
+
+/// Counsel's wait starts when the fact's transaction does, so each common fact, called alone,
+/// is one statement: no BEGIN, no read before the write, no COMMIT of its own. With the facts
+/// written as a transaction of several statements, each call sent four or five.
+#[tokio::test]
+async fn each_common_fact_called_alone_is_one_statement() {
+    let db = TestDb::new(1).await.unwrap();
+    let firm = Uuid::new_v4();
+    let matter = Uuid::new_v4();
+    let mut c = db.connection().await.expect("a session");
+    let seen = statements_of(&mut c);
+    for fact in ["matter.created", "document.uploaded", "brief.requested"] {
+        seen.lock().unwrap().clear();
+        match fact {
+            "matter.created" => facts::create_matter(&mut c, firm, matter, "One v. Statement")
+                .await
+                .map(|_| ()),
+            "document.uploaded" => facts::add_document(&mut c, document(firm, matter))
+                .await
+                .map(|_| ()),
+            _ => facts::request_brief(&mut c, firm, matter).await.map(|_| ()),
+        }
+        .unwrap_or_else(|e| panic!("{fact}: {e}"));
+        let sent = seen.lock().unwrap().clone();
+        assert_eq!(
+            sent.len(),
+            1,
+            "{fact} sent {} statements: {sent:#?}",
+            sent.len()
+        );
+    }
+    let events: i64 = diesel::dsl::sql::<diesel::sql_types::BigInt>(
+        "SELECT count(*) FROM ops.domain_event_outbox",
+    )
+    .get_result(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(events, 3, "each fact recorded its event");
+}
+
+#[derive(diesel::QueryableByName)]
+struct Written {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    documents: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    events: i64,
+}
+
+async fn written(c: &mut AsyncPgConnection) -> (i64, i64) {
+    let w: Written = diesel::sql_query(
+        "SELECT (SELECT count(*) FROM record.documents) AS documents,
+                (SELECT count(*) FROM ops.domain_event_outbox) AS events",
+    )
+    .get_result(c)
+    .await
+    .unwrap();
+    (w.documents, w.events)
+}
+
+/// A fact the record refuses writes nothing, and says why: a matter the firm does not have, an
+/// archived one, a matter id taken, a document id taken. Inside the caller's transaction, a
+/// fact that rolls back with it leaves nothing either.
+#[tokio::test]
+async fn a_refused_fact_writes_nothing_and_says_why() {
+    use briefrail::Error;
+    let db = TestDb::new(1).await.unwrap();
+    let (firm, live, gone) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let mut c = db.connection().await.unwrap();
+    facts::create_matter(&mut c, firm, live, "Live v. Refused")
+        .await
+        .unwrap();
+    facts::create_matter(&mut c, firm, gone, "Gone v. Refused")
+        .await
+        .unwrap();
+    facts::archive_matter(&mut c, firm, gone).await.unwrap();
+    let taken = document(firm, live);
+    facts::add_document(&mut c, taken.clone()).await.unwrap();
+    let before = written(&mut c).await;
+
+    let unknown = facts::add_document(&mut c, document(firm, Uuid::new_v4())).await;
+    assert!(
+        matches!(&unknown, Err(Error::NotFound(m)) if m.contains("matter")),
+        "{unknown:?}"
+    );
+    let other_firm = facts::request_brief(&mut c, Uuid::new_v4(), live).await;
+    assert!(
+        matches!(&other_firm, Err(Error::NotFound(_))),
+        "{other_firm:?}"
+    );
+    let archived = facts::add_document(&mut c, document(firm, gone)).await;
+    assert!(
+        matches!(&archived, Err(Error::Conflict(m)) if m.contains("archived")),
+        "{archived:?}"
+    );
+    let archived = facts::request_brief(&mut c, firm, gone).await;
+    assert!(
+        matches!(&archived, Err(Error::Conflict(m)) if m.contains("archived")),
+        "{archived:?}"
+    );
+    let twice = facts::create_matter(&mut c, firm, live, "Live v. Again").await;
+    assert!(
+        matches!(&twice, Err(Error::InvalidInput(m)) if m.contains("already exists")),
+        "{twice:?}"
+    );
+    let copy = facts::add_document(&mut c, taken).await;
+    assert!(copy.is_err(), "a document id taken is refused: {copy:?}");
+    assert_eq!(
+        written(&mut c).await,
+        before,
+        "a refused fact wrote something"
+    );
+
+    let rolled_back = c
+        .transaction(async |tx| {
+            facts::add_document(tx, document(firm, live)).await?;
+            facts::request_brief(tx, firm, live).await?;
+            Err::<(), _>(Error::internal("the application changed its mind"))
+        })
+        .await;
+    assert!(rolled_back.is_err());
+    assert_eq!(
+        written(&mut c).await,
+        before,
+        "a fact outlived its caller's rollback"
+    );
+}
+
 /// An upload committed on a new session notifies the postgres transport's channel: the
 /// trigger's condition sends it, at commit.
 #[tokio::test]

@@ -14,6 +14,9 @@
 //! * who records it: the library, or `briefrail document add` (a process per upload, on the
 //!   same cores as the node; its clock before COMMIT is unknown, so only "from record");
 //! * how far apart facts come: 100 ms (a person) or 10 ms;
+//! * whether the library's call is the transaction (as an application calls it, and as the
+//!   headline row does), or runs inside the application's own (where the clock just before its
+//!   COMMIT can be read);
 //! * where the wait starts: the transaction's start (`created_at`), or just before its COMMIT.
 
 use std::path::Path;
@@ -48,6 +51,10 @@ struct Variant {
     fact: Fact,
     /// Between one fact's commit (the CLI's exit) and the next fact.
     spacing: Duration,
+    /// The library's call runs inside a transaction of the application's, which reads the
+    /// clock before its COMMIT; otherwise the call is the transaction, as an application that
+    /// records only the fact makes it.
+    in_app_transaction: bool,
 }
 
 impl Variant {
@@ -58,30 +65,45 @@ impl Variant {
             Fact::FreshUpload => "upload on a new session, served matter",
             Fact::NewMatter => "new matter",
         };
-        format!("{what}, {} ms apart", self.spacing.as_millis())
+        let inside = if self.in_app_transaction {
+            ", in the app's transaction"
+        } else {
+            ""
+        };
+        format!("{what}, {} ms apart{inside}", self.spacing.as_millis())
     }
 }
 
-const VARIANTS: [Variant; 5] = [
+const VARIANTS: [Variant; 6] = [
     Variant {
         fact: Fact::Upload,
         spacing: Duration::from_millis(100),
+        in_app_transaction: false,
+    },
+    Variant {
+        fact: Fact::Upload,
+        spacing: Duration::from_millis(100),
+        in_app_transaction: true,
     },
     Variant {
         fact: Fact::CliUpload,
         spacing: Duration::from_millis(100),
+        in_app_transaction: false,
     },
     Variant {
         fact: Fact::FreshUpload,
         spacing: Duration::from_millis(100),
+        in_app_transaction: false,
     },
     Variant {
         fact: Fact::NewMatter,
         spacing: Duration::from_millis(100),
+        in_app_transaction: false,
     },
     Variant {
         fact: Fact::Upload,
         spacing: Duration::from_millis(10),
+        in_app_transaction: false,
     },
 ];
 
@@ -103,7 +125,7 @@ struct Waits {
 pub async fn idle_section(server: &str) -> R<serde_json::Value> {
     let mut out = serde_json::Map::new();
     println!(
-        "\nidle latency to build start, ms ({FACTS} facts per row, one node, debounce 0)\n{:<64} {:>15} {:>15} {:>12}",
+        "\nidle latency to build start, ms ({FACTS} facts per row, one node, debounce 0)\n{:<80} {:>15} {:>15} {:>12}",
         "", "from record", "from commit", "transaction"
     );
     for transport in ["postgres", "amqp"] {
@@ -116,13 +138,13 @@ pub async fn idle_section(server: &str) -> R<serde_json::Value> {
                 sorted(w.transaction),
             );
             println!(
-                "{:<64} {:>6.1} / {:>6.1} {:>6.1} / {:>6.1} {:>12.1}",
+                "{:<80} {:>6} / {:>6} {:>6} / {:>6} {:>12}",
                 format!("{transport}: {}", v.label()),
-                pct(&r, 0.5),
-                pct(&r, 0.99),
-                pct(&c, 0.5),
-                pct(&c, 0.99),
-                pct(&t, 0.5),
+                ms(pct(&r, 0.5)),
+                ms(pct(&r, 0.99)),
+                ms(pct(&c, 0.5)),
+                ms(pct(&c, 0.99)),
+                ms(pct(&t, 0.5)),
             );
             rows.push(json!({
                 "variant": v.label(),
@@ -135,6 +157,15 @@ pub async fn idle_section(server: &str) -> R<serde_json::Value> {
     }
     println!("(p50 / p99; \"from record\" is where counsel starts waiting)");
     Ok(json!(out))
+}
+
+/// A figure to one decimal, or `-` where the variant cannot measure it.
+fn ms(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{x:.1}")
+    }
 }
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
@@ -187,10 +218,10 @@ async fn measure(server: &str, transport: &'static str, v: Variant) -> R<Waits> 
                 }
                 Fact::FreshUpload => {
                     let mut fresh = diesel_async::AsyncPgConnection::establish(&url).await?;
-                    Some(fact(&mut fresh, firm, matter, true).await?)
+                    fact(&mut fresh, firm, matter, true, v.in_app_transaction).await?
                 }
-                Fact::Upload => Some(fact(&mut c, firm, matter, true).await?),
-                Fact::NewMatter => Some(fact(&mut c, firm, matter, false).await?),
+                Fact::Upload => fact(&mut c, firm, matter, true, v.in_app_transaction).await?,
+                Fact::NewMatter => fact(&mut c, firm, matter, false, v.in_app_transaction).await?,
             };
             sent.push((matter, committing));
             tokio::time::sleep(v.spacing).await;
@@ -246,31 +277,50 @@ fn cli_upload(bin: &Path, url: &str, firm: Uuid, matter: Uuid) -> R<()> {
     Ok(())
 }
 
-/// One fact in its own transaction; returns the database clock (ms) just before its COMMIT.
+/// One fact: the library's call alone (`None`: the call is the transaction, and the clock
+/// before its COMMIT cannot be read), or inside a transaction of the application's, which
+/// returns the database clock (ms) just before its COMMIT.
 async fn fact(
     c: &mut diesel_async::AsyncPgConnection,
     firm: Uuid,
     matter: Uuid,
     upload: bool,
-) -> R<f64> {
+    in_app_transaction: bool,
+) -> R<Option<f64>> {
     #[derive(diesel::QueryableByName)]
     struct T {
         #[diesel(sql_type = diesel::sql_types::Double)]
         t: f64,
     }
-    Ok(c.transaction(async move |tx| {
+    async fn record(
+        c: &mut diesel_async::AsyncPgConnection,
+        firm: Uuid,
+        matter: Uuid,
+        upload: bool,
+    ) -> briefrail::Result<()> {
         if upload {
-            e2e::upload(tx, firm, matter).await?;
+            e2e::upload(c, firm, matter).await?;
         } else {
-            facts::create_matter(tx, firm, matter, "Idle v. Latency").await?;
+            facts::create_matter(c, firm, matter, "Idle v. Latency").await?;
         }
-        let t: T =
-            diesel::sql_query("SELECT extract(epoch FROM clock_timestamp())::float8 * 1000 AS t")
-                .get_result(tx)
-                .await?;
-        Ok::<_, briefrail::Error>(t.t)
-    })
-    .await?)
+        Ok(())
+    }
+    if !in_app_transaction {
+        record(c, firm, matter, upload).await?;
+        return Ok(None);
+    }
+    Ok(Some(
+        c.transaction(async move |tx| {
+            record(tx, firm, matter, upload).await?;
+            let t: T = diesel::sql_query(
+                "SELECT extract(epoch FROM clock_timestamp())::float8 * 1000 AS t",
+            )
+            .get_result(tx)
+            .await?;
+            Ok::<_, briefrail::Error>(t.t)
+        })
+        .await?,
+    ))
 }
 
 /// Until `n` matters of the firm have a frame and no build runs.
@@ -299,7 +349,8 @@ async fn wait_served(pool: &Pool, firm: Uuid, n: usize, dir: &Path) -> R<()> {
 /// Each fact's waits, from its matter's newest event and the first run that started after the
 /// fact's COMMIT was sent (a run that started earlier could not read it; for the CLI, whose
 /// clock before COMMIT is not known, after the event's record, as no other fact is on the
-/// matter); `None` while a fact's build has not started.
+/// matter; so for a call that is its own transaction); `None` while a fact's build has not
+/// started.
 async fn waits(pool: &Pool, sent: &[(Uuid, Option<f64>)]) -> R<Option<Waits>> {
     #[derive(diesel::QueryableByName)]
     struct W {
