@@ -136,7 +136,7 @@ impl AmqpOptions {
             relay_batch: settings.relay.batch as i64,
             relay_poll: Duration::from_millis(settings.relay.poll_ms),
             reconcile_after: crate::config::seconds(settings.reconcile.after_seconds),
-            prefetch: 256,
+            prefetch: consumer::PREFETCH,
             node_id: settings.node_id(),
         }
     }
