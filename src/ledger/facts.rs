@@ -63,23 +63,14 @@ impl Recorded {
     fn about_a_live_matter(&self, event: &NewEvent) -> Result<Uuid> {
         let (firm_id, matter_id) = (event.firm_id, event.matter_id);
         match self.live {
-            None => Err(Error::NotFound(format!(
-                "matter {matter_id} of firm {firm_id}"
-            ))),
-            Some(false) => Err(Error::Conflict(format!("matter {matter_id} is archived"))),
-            Some(true) if self.recorded => Ok(announced(event)),
+            None => Err(no_such_matter(firm_id, matter_id)),
+            Some(false) => Err(archived(matter_id)),
+            Some(true) if self.recorded => Ok(outbox::recorded(event)),
             Some(true) => Err(Error::internal(format!(
                 "the fact about matter {matter_id} of firm {firm_id} was not recorded"
             ))),
         }
     }
-}
-
-/// Logs the line [`record_event`] logs, for a fact recorded by one statement; its event id.
-fn announced(event: &NewEvent) -> Uuid {
-    tracing::debug!(event_id = %event.event_id, firm_id = %event.firm_id, matter_id = %event.matter_id,
-                    event_name = %event.event_name, "outbox event recorded");
-    event.event_id
 }
 
 /// Creates a matter (`matter.created`). Refuses a matter id the firm already has.
@@ -117,7 +108,7 @@ pub async fn create_matter_as(
             "matter {matter_id} already exists for firm {firm_id}"
         )));
     }
-    Ok(announced(&event))
+    Ok(outbox::recorded(&event))
 }
 
 /// [`create_matter`] in one statement: the matter, unless the firm has it already, and its
@@ -312,14 +303,20 @@ async fn live_matter(
         .await
         .optional()?;
     match row {
-        None => Err(Error::NotFound(format!(
-            "matter {matter_id} of firm {firm_id}"
-        ))),
-        Some(r) if r.archived_at.is_some() => {
-            Err(Error::Conflict(format!("matter {matter_id} is archived")))
-        }
+        None => Err(no_such_matter(firm_id, matter_id)),
+        Some(r) if r.archived_at.is_some() => Err(archived(matter_id)),
         Some(r) => Ok(r),
     }
+}
+
+/// The refusal of a fact about a matter the firm does not have.
+fn no_such_matter(firm_id: Uuid, matter_id: Uuid) -> Error {
+    Error::NotFound(format!("matter {matter_id} of firm {firm_id}"))
+}
+
+/// The refusal of a fact about an archived matter.
+fn archived(matter_id: Uuid) -> Error {
+    Error::Conflict(format!("matter {matter_id} is archived"))
 }
 
 /// A matter of the record, archived or not.

@@ -113,19 +113,24 @@ pub async fn record_event(conn: &mut AsyncPgConnection, event: &NewEvent) -> Res
             .execute(conn)
             .await?;
     }
+    Ok(recorded(event))
+}
+
+/// Logs that the event was recorded (with the fact that wrote it); its id.
+pub(super) fn recorded(event: &NewEvent) -> Uuid {
     tracing::debug!(event_id = %event.event_id, firm_id = %event.firm_id, matter_id = %event.matter_id,
                     event_name = %event.event_name, "outbox event recorded");
-    Ok(event.event_id)
+    event.event_id
 }
 
 /// Binds an event's own columns as the next five parameters of a one-statement fact
 /// ([`super::facts`]): its id, name, payload, trace context and class, in that order (the
 /// statement names the firm and matter once, for the fact and its event).
-pub(super) fn bind_event<'a>(q: Prepared<'a>, event: &NewEvent) -> Prepared<'a> {
+pub(super) fn bind_event<'a>(q: Prepared<'a>, event: &'a NewEvent) -> Prepared<'a> {
     use diesel::sql_types::{Jsonb, Nullable, Text, Uuid as SqlUuid};
     q.bind::<SqlUuid, _>(event.event_id)
-        .bind::<Text, _>(event.event_name.as_str().to_owned())
-        .bind::<Jsonb, _>(event.payload.clone())
+        .bind::<Text, _>(event.event_name.as_str())
+        .bind::<Jsonb, _>(&event.payload)
         .bind::<Nullable<Text>, _>(event.traceparent.map(|t| t.to_string()))
         .bind::<Text, _>(event.class.as_str())
 }
