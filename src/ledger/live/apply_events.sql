@@ -6,6 +6,7 @@ CREATE OR REPLACE FUNCTION ops.apply_events(p_consumer text, p_event_ids uuid[],
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
  SET enable_indexscan TO 'off'
+ SET enable_nestloop TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
@@ -30,9 +31,9 @@ BEGIN
         SELECT p_consumer, ev.event_id FROM ev ORDER BY ev.firm_id, ev.matter_id, ev.seq
         ON CONFLICT DO NOTHING
         RETURNING c.event_id
-    ), gated AS (
+    ), gated AS MATERIALIZED (
         SELECT ev.*,
-               CASE WHEN NOT EXISTS (SELECT 1 FROM fresh f WHERE f.event_id = ev.event_id)  -- rule: each event once
+               CASE WHEN f.event_id IS NULL  -- rule: each event once
                     THEN 'duplicate'
                     WHEN NOT (ev.event_name = ANY (p_heard)) THEN 'not_heard'
                     WHEN m.firm_id IS NULL
@@ -41,6 +42,7 @@ BEGIN
                     WHEN m.archived THEN 'archived'  -- rule: archived matters are gated
                     ELSE 'demand' END AS gate
           FROM ev
+               LEFT JOIN fresh f ON f.event_id = ev.event_id
                LEFT JOIN LATERAL (SELECT r.firm_id, r.archived_at IS NOT NULL AS archived
                                     FROM record.matters r
                                    WHERE r.firm_id = ev.firm_id AND r.matter_id = ev.matter_id

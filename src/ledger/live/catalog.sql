@@ -508,20 +508,6 @@ CREATE TRIGGER matter_frame_jobs_no_delete BEFORE DELETE ON ops.matter_frame_job
 CREATE TRIGGER matter_frame_jobs_no_truncate BEFORE TRUNCATE ON ops.matter_frame_jobs FOR EACH STATEMENT EXECUTE FUNCTION ops.refuse_job_delete();
 
 --
--- Name: matter_frame_runs matter_frame_runs_firm_id_matter_id_fkey; Type: FK CONSTRAINT; Schema: ops; Owner: -
---
-
-ALTER TABLE ONLY ops.matter_frame_runs
-    ADD CONSTRAINT matter_frame_runs_firm_id_matter_id_fkey FOREIGN KEY (firm_id, matter_id) REFERENCES ops.matter_frame_jobs(firm_id, matter_id);
-
---
--- Name: matter_frames matter_frames_firm_id_matter_id_fkey; Type: FK CONSTRAINT; Schema: ops; Owner: -
---
-
-ALTER TABLE ONLY ops.matter_frames
-    ADD CONSTRAINT matter_frames_firm_id_matter_id_fkey FOREIGN KEY (firm_id, matter_id) REFERENCES ops.matter_frame_jobs(firm_id, matter_id);
-
---
 -- Name: documents documents_firm_id_matter_id_fkey; Type: FK CONSTRAINT; Schema: record; Owner: -
 --
 

@@ -1,0 +1,186 @@
+-- Batches cost linear time in their size, and a matter's archive check is no function call.
+--
+-- `ops.apply_events` read whether each event was fresh (its inbox row inserted now) by scanning
+-- the statement's inserted rows once per event, and did so five times, once per aggregate the
+-- gate fed: a batch of n events cost 5n² comparisons. The gate is now computed once per event,
+-- its freshness by a hash join with the inserted rows.
+--
+-- `ops.commit_claims` joined its members to the job rows it found by position with a nested
+-- loop that sorted and scanned every member again for each row. It joins by hash now.
+--
+-- Both functions plan generically (their statements are cached), so the planner's guess of ten
+-- rows per array is what it plans for; a nested loop is never what a batch wants from these
+-- joins, so neither function may use one where another way exists (the per-member probes
+-- under LATERAL, which have no other way, keep theirs).
+--
+-- `ops.is_archived` was a PL/pgSQL function with settings of its own, which each call (twice per
+-- claimed matter) saved and restored. As an SQL function it runs under the settings of the
+-- transition that asks, and its query is planned once per statement that calls it.
+--
+-- Runs and frames referred to their job row by foreign key, so every run a claim opens and every
+-- frame a commit writes ran a check query of its own (a tenth of a claim's and a commit's time).
+-- Each is written in the transaction that claims or lands its job row, after it, and a job row
+-- is never deleted (`ops.refuse_job_delete`): the check could never fail, and is gone.
+
+CREATE OR REPLACE FUNCTION ops.apply_events(p_consumer text, p_event_ids uuid[], p_heard text[])
+ RETURNS TABLE(event_id uuid, outcome text, requested_generation bigint)
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_indexscan TO 'off'
+ SET enable_nestloop TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_ids      uuid[];
+    v_outcomes text[];
+    v_firms    uuid[];
+    v_matters  uuid[];
+    v_xacts    bigint[];
+    v_asked    integer[];
+    v_answers  bigint[];
+BEGIN
+    WITH ev AS (
+        SELECT o.event_id, o.event_name, o.firm_id, o.matter_id, o.xact_id, o.seq
+          FROM ops.domain_event_outbox o
+         WHERE o.event_id = ANY (p_event_ids)
+         ORDER BY o.firm_id, o.matter_id, o.seq
+           FOR KEY SHARE OF o
+    ), fresh AS (
+        INSERT INTO ops.consumed_events AS c (consumer, event_id)
+        SELECT p_consumer, ev.event_id FROM ev ORDER BY ev.firm_id, ev.matter_id, ev.seq
+        ON CONFLICT DO NOTHING
+        RETURNING c.event_id
+    ), gated AS MATERIALIZED (
+        SELECT ev.*,
+               CASE WHEN f.event_id IS NULL  -- rule: each event once
+                    THEN 'duplicate'
+                    WHEN NOT (ev.event_name = ANY (p_heard)) THEN 'not_heard'
+                    WHEN m.firm_id IS NULL
+                    THEN CASE WHEN EXISTS (SELECT 1 FROM record.matters k WHERE k.firm_id = ev.firm_id)
+                              THEN 'unknown_matter' ELSE 'unknown_firm' END
+                    WHEN m.archived THEN 'archived'  -- rule: archived matters are gated
+                    ELSE 'demand' END AS gate
+          FROM ev
+               LEFT JOIN fresh f ON f.event_id = ev.event_id
+               LEFT JOIN LATERAL (SELECT r.firm_id, r.archived_at IS NOT NULL AS archived
+                                    FROM record.matters r
+                                   WHERE r.firm_id = ev.firm_id AND r.matter_id = ev.matter_id
+                                  OFFSET 0) m ON true
+    )
+    SELECT array_agg(g.event_id ORDER BY g.firm_id, g.matter_id, g.seq),
+           array_agg(g.gate ORDER BY g.firm_id, g.matter_id, g.seq),
+           array_agg(g.firm_id ORDER BY g.firm_id, g.matter_id, g.seq) FILTER (WHERE g.gate = 'demand'),
+           array_agg(g.matter_id ORDER BY g.firm_id, g.matter_id, g.seq) FILTER (WHERE g.gate = 'demand'),
+           array_agg(g.xact_id ORDER BY g.firm_id, g.matter_id, g.seq) FILTER (WHERE g.gate = 'demand')
+      INTO v_ids, v_outcomes, v_firms, v_matters, v_xacts
+      FROM gated g;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_firms IS NOT NULL THEN
+        v_answers := ops.demands(v_firms, v_matters, v_xacts);
+    END IF;
+    RETURN QUERY
+        WITH e AS (
+            SELECT x.event_id, x.gate, x.n,
+                   count(*) FILTER (WHERE x.gate = 'demand') OVER (ORDER BY x.n) AS k
+              FROM unnest(v_ids, v_outcomes) WITH ORDINALITY AS x(event_id, gate, n)
+        )
+        SELECT e.event_id,
+               CASE WHEN e.gate <> 'demand' THEN e.gate
+                    WHEN v_answers[e.k] IS NULL THEN 'covered' ELSE 'demand' END,
+               CASE WHEN e.gate = 'demand' THEN v_answers[e.k] END
+          FROM e ORDER BY e.n;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION ops.commit_claims(p_firms uuid[], p_matters uuid[], p_tokens bigint[], p_run_ids uuid[], p_next_run_ids uuid[], p_nodes text[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_indexscan TO 'off'
+ SET enable_nestloop TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    v_rows  tid[];
+    v_after bigint[];
+BEGIN
+    -- Lock the members' job rows in key order, each by its key (a probe per member: the
+    -- lateral subquery with its row lock cannot be turned into a join the planner may reorder),
+    -- and keep where each row is: nobody else can move a row this transaction holds, so the
+    -- compare-and-swap below finds them by position whatever the statistics say.
+    SELECT array_agg(l.row_at) INTO v_rows
+      FROM (SELECT u.* FROM unnest(p_firms, p_matters) WITH ORDINALITY AS u(firm, matter, n)
+             ORDER BY u.firm, u.matter) u  -- rule: lock in key order
+           CROSS JOIN LATERAL (SELECT j.ctid AS row_at FROM ops.matter_frame_jobs j
+                                WHERE j.firm_id = u.firm AND j.matter_id = u.matter
+                                  FOR NO KEY UPDATE) l;
+    WITH member AS (
+        SELECT x.*, NOT ops.is_archived(x.firm, x.matter) AS live  -- rule: archived matters get no follow-up
+          FROM unnest(p_firms, p_matters, p_tokens, p_run_ids, p_next_run_ids, p_nodes)
+               WITH ORDINALITY AS x(firm, matter, token, run_id, next_run_id, node, n)
+    ), landed AS (
+        UPDATE ops.matter_frame_jobs j SET
+            landed_generation    = m.token,
+            run_status           = CASE WHEN j.rebuild_needed AND m.live THEN 'running' ELSE 'idle' END,
+            requested_generation = j.requested_generation
+                                   + CASE WHEN j.rebuild_needed AND m.live THEN 1 ELSE 0 END,
+            claimed_generation   = CASE WHEN j.rebuild_needed AND m.live THEN j.requested_generation + 1
+                                        ELSE j.claimed_generation END,
+            claimed_run_id       = CASE WHEN j.rebuild_needed AND m.live THEN m.next_run_id
+                                        ELSE j.claimed_run_id END,
+            claimed_at           = CASE WHEN j.rebuild_needed AND m.live THEN ops.clock()
+                                        ELSE j.claimed_at END,
+            lease_expires_at     = CASE WHEN j.rebuild_needed AND m.live
+                                        THEN ops.clock() + make_interval(secs => j.lease_seconds)
+                                        ELSE j.lease_expires_at END,
+            claimed_snapshot     = CASE WHEN j.rebuild_needed AND m.live THEN pg_current_snapshot()::text
+                                        ELSE j.claimed_snapshot END,
+            claimed_cluster      = CASE WHEN j.rebuild_needed AND m.live THEN ops.cluster_id()
+                                        ELSE j.claimed_cluster END,
+            rebuild_needed       = false,
+            consecutive_failures = 0,
+            not_before           = NULL,
+            updated_at           = ops.now()
+          FROM (SELECT DISTINCT ON (d.firm, d.matter, d.token, d.run_id) d.*
+                  FROM member d ORDER BY d.firm, d.matter, d.token, d.run_id, d.n) m
+         -- rule: job rows by position
+         WHERE j.ctid = ANY (v_rows)
+           AND j.firm_id = m.firm AND j.matter_id = m.matter AND j.run_status IS NOT DISTINCT FROM 'running'
+           AND j.claimed_generation = m.token AND j.claimed_run_id = m.run_id  -- rule: fenced by its own claim
+        RETURNING j.firm_id, j.matter_id, j.run_status, j.claimed_generation, m.run_id,
+                  m.next_run_id, m.node, m.n
+    ), run AS (
+        UPDATE ops.matter_frame_runs r
+           SET outcome = 'landed', finished_at = ops.now(), heartbeat_at = ops.now()
+          FROM landed l
+         WHERE r.run_id = ANY (p_run_ids) AND r.run_id = l.run_id
+    ), follow_up AS (
+        INSERT INTO ops.matter_frame_runs
+            (run_id, firm_id, matter_id, token, node_id, started_at, heartbeat_at, outcome)
+        SELECT l.next_run_id, l.firm_id, l.matter_id, l.claimed_generation, l.node,
+               ops.clock(), ops.clock(), 'running'
+          FROM landed l WHERE l.run_status = 'running'
+    )
+    SELECT array_agg(CASE WHEN l.run_status = 'running' THEN l.claimed_generation
+                          WHEN l.n IS NOT NULL THEN 0 END ORDER BY m.n) INTO v_after  -- rule: answers in member order
+      FROM member m LEFT JOIN landed l ON l.n = m.n;
+    RETURN coalesce(v_after, '{}');
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION ops.is_archived(p_firm uuid, p_matter uuid)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE COST 1
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM record.matters m
+                    WHERE m.firm_id = p_firm AND m.matter_id = p_matter AND m.archived_at IS NOT NULL)
+$function$;
+
+ALTER TABLE ops.matter_frame_runs DROP CONSTRAINT matter_frame_runs_firm_id_matter_id_fkey;
+ALTER TABLE ops.matter_frames DROP CONSTRAINT matter_frames_firm_id_matter_id_fkey;
