@@ -1,4 +1,4 @@
--- The three functions and the two foreign keys as 2026-12-07-000006 left them.
+-- The batch functions and the two foreign keys as 2026-12-07-000006 left them.
 
 CREATE OR REPLACE FUNCTION ops.apply_events(p_consumer text, p_event_ids uuid[], p_heard text[])
  RETURNS TABLE(event_id uuid, outcome text, requested_generation bigint)
@@ -148,19 +148,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION ops.is_archived(p_firm uuid, p_matter uuid)
- RETURNS boolean
- LANGUAGE plpgsql
- STABLE COST 1
- SET enable_seqscan TO 'off'
- SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
-AS $function$
-BEGIN
-    RETURN EXISTS (SELECT 1 FROM record.matters m
-                    WHERE m.firm_id = p_firm AND m.matter_id = p_matter AND m.archived_at IS NOT NULL);
-END
-$function$;
+ALTER FUNCTION ops.demands(uuid[], uuid[], bigint[]) RESET enable_nestloop;
 
 ALTER TABLE ops.matter_frame_runs ADD CONSTRAINT matter_frame_runs_firm_id_matter_id_fkey
     FOREIGN KEY (firm_id, matter_id) REFERENCES ops.matter_frame_jobs(firm_id, matter_id);

@@ -1,4 +1,4 @@
--- Batches cost linear time in their size, and a matter's archive check is no function call.
+-- Batches cost linear time in their size.
 --
 -- `ops.apply_events` read whether each event was fresh (its inbox row inserted now) by scanning
 -- the statement's inserted rows once per event, and did so five times, once per aggregate the
@@ -8,14 +8,13 @@
 -- `ops.commit_claims` joined its members to the job rows it found by position with a nested
 -- loop that sorted and scanned every member again for each row. It joins by hash now.
 --
--- Both functions plan generically (their statements are cached), so the planner's guess of ten
--- rows per array is what it plans for; a nested loop is never what a batch wants from these
--- joins, so neither function may use one where another way exists (the per-member probes
--- under LATERAL, which have no other way, keep theirs).
---
--- `ops.is_archived` was a PL/pgSQL function with settings of its own, which each call (twice per
--- claimed matter) saved and restored. As an SQL function it runs under the settings of the
--- transition that asks, and its query is planned once per statement that calls it.
+-- The batch functions plan generically (their statements are cached), so the planner's guess of
+-- ten rows per array is what it plans for, and a nested loop is never what a batch wants from a
+-- join of its members to another set: the batch functions that make such joins may not use one
+-- where another way exists (`ops.apply_events`, `ops.commit_claims`, and `ops.demands`, whose
+-- joins came out hashed already but whose plans are made by whichever caller is first in a
+-- session). The per-member probes under LATERAL, which have no other way, keep theirs; the
+-- claim batch finds its rows by such probes.
 --
 -- Runs and frames referred to their job row by foreign key, so every run a claim opens and every
 -- frame a commit writes ran a check query of its own (a tenth of a claim's and a commit's time).
@@ -173,14 +172,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION ops.is_archived(p_firm uuid, p_matter uuid)
- RETURNS boolean
- LANGUAGE sql
- STABLE COST 1
-AS $function$
-    SELECT EXISTS (SELECT 1 FROM record.matters m
-                    WHERE m.firm_id = p_firm AND m.matter_id = p_matter AND m.archived_at IS NOT NULL)
-$function$;
+ALTER FUNCTION ops.demands(uuid[], uuid[], bigint[]) SET enable_nestloop = off;
 
 ALTER TABLE ops.matter_frame_runs DROP CONSTRAINT matter_frame_runs_firm_id_matter_id_fkey;
 ALTER TABLE ops.matter_frames DROP CONSTRAINT matter_frames_firm_id_matter_id_fkey;

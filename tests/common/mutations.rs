@@ -1186,6 +1186,7 @@ pub async fn assert_caught(module: &str) {
 /// The settings by which the transitions read each row by its key, reset (`apply_events`,
 /// `drain_outbox` and `consume_events` keep `jit = off`): their plans are chosen by the statistics alone.
 const PLANS_BY_STATISTICS: &str = "\
+ALTER FUNCTION ops.is_archived(uuid, uuid) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.demand(uuid, uuid, bigint) RESET enable_seqscan RESET jit;\n\
 ALTER FUNCTION ops.apply_events(text, uuid[], text[]) RESET enable_seqscan;\n\
 ALTER FUNCTION ops.drain_outbox(text, integer, text[]) RESET enable_seqscan;\n\

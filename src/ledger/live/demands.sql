@@ -8,6 +8,7 @@ CREATE OR REPLACE FUNCTION ops.demands(p_firms uuid[], p_matters uuid[], p_xacts
  SET enable_indexscan TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_nestloop TO 'off'
 AS $function$
 DECLARE
     v_out bigint[];
