@@ -6,9 +6,9 @@ CREATE OR REPLACE FUNCTION ops.commit_claims(p_firms uuid[], p_matters uuid[], p
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
  SET enable_indexscan TO 'off'
- SET enable_nestloop TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_nestloop TO 'off'
 AS $function$
 DECLARE
     v_rows  tid[];

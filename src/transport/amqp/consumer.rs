@@ -220,13 +220,10 @@ struct Lanes {
 }
 
 impl Lanes {
-    /// Whether a batch may start at `now`.
+    /// Whether a batch may start at `now`: no batch in flight, or every one stalled, with a
+    /// lane free.
     fn open(&self, now: Instant) -> bool {
-        self.started.len() < CONCURRENT_BATCHES
-            && self
-                .started
-                .iter()
-                .all(|s| now.saturating_duration_since(*s) >= STALLED_AFTER)
+        self.started.is_empty() || self.reopens_at().is_some_and(|at| at <= now)
     }
 
     /// When a closed lane opens by itself: the youngest batch in flight stalls (`None` when
