@@ -1254,6 +1254,26 @@ async fn a_failed_batch_ends_the_session_only_after_the_batches_in_flight_settle
         || async { (held().await > 0).then_some(()) },
     )
     .await;
+    // Both genuine deliveries are in a batch already (each batch locks its events' outbox rows
+    // before it applies them, and nothing else here locks or updates them): otherwise the
+    // second could wait for a lane and go in one batch with the forgery, which then waits on
+    // the held lock with it.
+    eventually(
+        Duration::from_secs(20),
+        "both genuine deliveries taken into a batch",
+        || async {
+            let locked = count(
+                &mut r.db.pool.get().await.unwrap(),
+                &format!(
+                    "SELECT count(*) AS n FROM ops.domain_event_outbox
+                      WHERE matter_id IN ('{a}', '{b}') AND xmax::text <> '0'"
+                ),
+            )
+            .await;
+            (locked == 2).then_some(())
+        },
+    )
+    .await;
     ch.exchange_delete(
         r.scope.topology.dead_exchange.as_str().into(),
         Default::default(),
